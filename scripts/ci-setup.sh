@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# System packages the test suite needs on a fresh Debian machine (run as root, by .ci/run).
+# Idempotent: a second run installs nothing new.
+set -euo pipefail
+need=()
+for pkg in docker.io debootstrap iproute2 git make rsync; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo ">> apt-get install ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+bash scripts/ensure-docker.sh
