@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Build a Debian bookworm base image without any registry (none is reachable from CI):
+# debootstrap into a cache folder, then `docker import`. Re-runs are no-ops while the image exists.
+#   IMAGE (default rollout8/bookworm-base:1)   CACHE (default .cache/debootstrap)
+# The package list is what the simulated nodes and the bundle test stage need: Python with venv/pip,
+# CA certificates, and the tools Ansible's modules and Ray call.
+set -euo pipefail
+IMAGE=${IMAGE:-rollout8/bookworm-base:1}
+CACHE=${CACHE:-.cache/debootstrap}
+MIRROR=${DEBIAN_MIRROR:-}
+PACKAGES=python3,python3-venv,python3-pip,ca-certificates,iproute2,procps,rsync,tar,gzip,xz-utils,curl,iputils-ping,locales,sudo
+
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  echo ">> base image $IMAGE already present"
+  exit 0
+fi
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+root="$CACHE/bookworm-rootfs"
+if [ ! -f "$root/.complete" ]; then
+  echo ">> debootstrap bookworm into $root (about 70 s) from $MIRROR"
+  rm -rf "$root"; mkdir -p "$root"
+  debootstrap --variant=minbase --include="$PACKAGES" bookworm "$root" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
+    || { echo "debootstrap failed, see $CACHE/debootstrap.log" >&2; tail -n 20 "$CACHE/debootstrap.log" >&2; exit 1; }
+  # Let pip inside containers trust the same CA bundle as the host (corporate proxies, local mirrors).
+  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/host-ca-bundle.crt"; fi
+  rm -rf "$root/var/cache/apt/archives/"*.deb
+  touch "$root/.complete"
+fi
+echo ">> docker import -> $IMAGE"
+tar -C "$root" --exclude=./.complete -c . | docker import -c 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null
+echo ">> base image $IMAGE ready"
