@@ -1,0 +1,223 @@
+"""`rollout8 patches`: apply or check the bundle's patches (patches/<component>/NNNN-*.patch).
+
+A patch is a git-format diff whose paths are relative to the directory that holds the package
+(`verl/...`, `flash_rl/...`), so one `--target` serves a source checkout or a site-packages dir.
+Each patch is in one of three states on a target, decided with `git apply --check`:
+
+- applied:     the reverse patch applies cleanly (the change is there);
+- not applied: the patch applies cleanly (the upstream file is as the patch expects);
+- drifted:     neither (a different upstream version, or the file was edited by hand).
+
+`apply` checks every selected patch first and changes nothing if one has drifted; then it applies
+the ones not applied yet. A second `apply` is a no-op and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CheckFailed, PatchError
+from .paths import patches_dir
+
+# component name -> the package directory that must exist under --target
+COMPONENTS: dict[str, str] = {"verl": "verl", "flash_rl": "flash_rl"}
+ALL = "all"
+
+APPLIED = "applied"
+NOT_APPLIED = "not applied"
+DRIFTED = "drifted"
+
+_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Patch:
+    component: str
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.component}/{self.path.name}"
+
+    @property
+    def files(self) -> list[str]:
+        """The files the patch changes, relative to the target."""
+        return [m.group(2) for m in _DIFF_HEADER.finditer(self.path.read_text())]
+
+    @property
+    def summary(self) -> str:
+        """The first line of the header ("rollout8 patch: <marker name>")."""
+        for line in self.path.read_text().splitlines():
+            if line.strip():
+                return line.strip()
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    patch: Patch
+    target: Path
+    state: str  # APPLIED, NOT_APPLIED or DRIFTED (after `apply`: the state now)
+    action: str = ""  # what `apply` did: "applied now", "already applied (no-op)", or "" for a check
+    detail: str = ""  # for DRIFTED: git's own explanation (first error line)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == APPLIED
+
+    def line(self) -> str:
+        what = self.action or self.state
+        files = ", ".join(self.patch.files)
+        text = f"{what:<24} {self.patch.name}  ({files})"
+        if self.detail:
+            text += f": {self.detail}"
+        return text
+
+
+def find_patches(component: str = ALL, root: Path | None = None) -> list[Patch]:
+    """The bundle's patches for one component (or all), in apply order."""
+    root = Path(root) if root is not None else patches_dir()
+    names = _components(component)
+    found = []
+    for name in names:
+        folder = root / name
+        for path in sorted(folder.glob("*.patch")):
+            found.append(Patch(name, path))
+    if not found:
+        raise PatchError(f"no patches for {component!r} under {root}: the bundle is incomplete "
+                         "(reinstall rollout8, or set ROLLOUT8_HOME to the unpacked bundle)")
+    return found
+
+
+def patch_state(patch: Patch, target: Path) -> PatchResult:
+    """The state of one patch on `target` (the directory that contains verl/ or flash_rl/). Changes nothing."""
+    target = _check_target(Path(target), patch.component)
+    reverse = _git_apply(patch, target, "--check", "--reverse")
+    if reverse.returncode == 0:
+        return PatchResult(patch, target, APPLIED)
+    forward = _git_apply(patch, target, "--check")
+    if forward.returncode == 0:
+        return PatchResult(patch, target, NOT_APPLIED)
+    return PatchResult(patch, target, DRIFTED, detail=_first_error(forward))
+
+
+def patch_status(target: Path, component: str = ALL, root: Path | None = None) -> list[PatchResult]:
+    """The state of every selected patch on `target`. Changes nothing."""
+    return [patch_state(p, target) for p in find_patches(component, root)]
+
+
+def apply_patch(patch: Patch, target: Path) -> PatchResult:
+    """Apply one patch unless it is already applied; PatchError (nothing changed) if it drifted."""
+    state = patch_state(patch, target)
+    if state.state == DRIFTED:
+        raise PatchError(_drift_message(state))
+    if state.state == APPLIED:
+        return PatchResult(patch, state.target, APPLIED, action="already applied (no-op)")
+    done = _git_apply(patch, state.target)
+    if done.returncode != 0:  # checked a moment ago, so only a concurrent edit gets here
+        raise PatchError(f"patch {patch.name} failed on {state.target}: {_first_error(done)}")
+    return PatchResult(patch, state.target, APPLIED, action="applied now")
+
+
+def apply_patches(target: Path, component: str = ALL, root: Path | None = None) -> list[PatchResult]:
+    """Apply every selected patch once. Checks all first: on drift, raises PatchError and changes nothing."""
+    patches = find_patches(component, root)
+    states = [patch_state(p, target) for p in patches]
+    drifted = [s for s in states if s.state == DRIFTED]
+    if drifted:
+        raise PatchError(" | ".join(_drift_message(s) for s in drifted))
+    return [apply_patch(p, target) for p in patches]
+
+
+def _components(component: str) -> list[str]:
+    if component == ALL:
+        return list(COMPONENTS)
+    if component not in COMPONENTS:
+        raise PatchError(f"unknown component {component!r}: choose one of {', '.join([*COMPONENTS, ALL])}")
+    return [component]
+
+
+def _check_target(target: Path, component: str) -> Path:
+    target = target.expanduser().resolve()
+    package = COMPONENTS[component]
+    if not (target / package).is_dir():
+        raise PatchError(f"--target {target} has no {package}/ directory: for {component}, --target is the "
+                         f"directory that contains {package}/ (a source checkout or site-packages)")
+    return target
+
+
+def _git_apply(patch: Patch, target: Path, *flags: str) -> subprocess.CompletedProcess:
+    git = shutil.which("git")
+    if git is None:
+        raise PatchError("git is not installed: `rollout8 patches` uses `git apply` (apt-get install git)")
+    env = dict(os.environ)
+    # Without a ceiling, a target inside some git work tree (a venv in a checkout) makes git apply take paths
+    # relative to that tree's root and silently skip every file. With it, git looks no further up than target.
+    env["GIT_CEILING_DIRECTORIES"] = str(target.parent)
+    result = subprocess.run([git, "apply", "--verbose", *flags, str(patch.path)], cwd=target, env=env,
+                            capture_output=True, text=True, check=False)
+    if result.returncode == 0 and "Skipped patch" in result.stdout + result.stderr:
+        # never report success for a patch git did not look at
+        return subprocess.CompletedProcess(result.args, 1, result.stdout,
+                                           f"error: git skipped the patch in {target}\n{result.stderr}")
+    return result
+
+
+def _first_error(result: subprocess.CompletedProcess) -> str:
+    lines = [ln.strip() for ln in (result.stderr or "").splitlines() if ln.strip()]
+    failed = [ln for ln in lines if ln.startswith("error:")]
+    return (failed[-1] if failed else (lines[-1] if lines else f"git apply exited {result.returncode}"))
+
+
+def _drift_message(state: PatchResult) -> str:
+    files = ", ".join(str(state.target / f) for f in state.patch.files)
+    return (f"patch {state.patch.name} neither applies to nor is applied in {files} ({state.detail}). "
+            f"The file differs from the pinned upstream version the patch was written for: install the version "
+            f"in versions.lock.yaml, or, if the pin moved on purpose, redo the change the patch header describes "
+            f"on the new file and regenerate the patch. Nothing was changed.")
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, help_text in (
+        ("apply", "apply each patch once (a second run is a no-op); stops with nothing changed on drift"),
+        ("check", "report applied / not applied / drifted per patch; exit 1 unless all are applied"),
+    ):
+        p = sub.add_parser(action, help=help_text, description=help_text)
+        p.add_argument("--target", required=True, type=Path,
+                       help="directory that contains verl/ or flash_rl/ (a source checkout or site-packages)")
+        p.add_argument("--component", choices=[*COMPONENTS, ALL], default=ALL,
+                       help="which patches (default all: the target must then contain both packages)")
+    sub.add_parser("list", help="list the bundle's patches and the files they change")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        for p in find_patches():
+            print(f"{p.name}  ({', '.join(p.files)})  {p.summary}")
+        return 0
+    target = Path(args.target)
+    if args.action == "apply":
+        results = apply_patches(target, args.component)
+        for r in results:
+            print(r.line())
+        fresh = sum(r.action == "applied now" for r in results)
+        print(f"{fresh} applied now, {len(results) - fresh} already applied, in {target}")
+        return 0
+    results = patch_status(target, args.component)
+    for r in results:
+        print(r.line())
+    bad = [r for r in results if not r.ok]
+    if bad:
+        drift = "; drifted ones need the patch redone first" if any(r.state == DRIFTED for r in bad) else ""
+        raise CheckFailed(f"{len(bad)} of {len(results)} patches not applied in {target} "
+                          f"(run `rollout8 patches apply --target {target} --component {args.component}`{drift})")
+    print(f"all {len(results)} patches applied in {target}")
+    return 0
