@@ -202,16 +202,19 @@ def draw(path: Path, title: str, panels: list[Panel], runs: list[RunLog], notes:
     from matplotlib.figure import Figure
 
     drawable = []
+    missing_by_run: dict[str, list[str]] = {}
     for panel in panels:
         have = [r for r in runs if _first_key(r, panel.keys)]
-        missing = [r.label for r in runs if r not in have]
+        wanted = " or ".join(f"`{k}`" for k in panel.keys)
         if not have:
-            notes.append(f"{panel.title}: no run has {' or '.join(f'`{k}`' for k in panel.keys)}; panel left out")
+            notes.append(f"{title}: no run has {wanted}; panel left out")
             continue
-        if missing:
-            notes.append(f"{panel.title}: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no "
-                         f"{' or '.join(f'`{k}`' for k in panel.keys)}")
+        for run in runs:
+            if run not in have:
+                missing_by_run.setdefault(run.label, []).append(wanted)
         drawable.append(panel)
+    for label, missing in missing_by_run.items():
+        notes.append(f"{title}: {label} has no {', '.join(missing)}")
     if not drawable:
         return False
     cols = 1 if len(drawable) == 1 else 2 if len(drawable) <= 4 else 3
