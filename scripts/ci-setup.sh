@@ -3,7 +3,7 @@
 # Idempotent: a second run installs nothing new.
 set -euo pipefail
 need=()
-for pkg in docker.io debootstrap iproute2 git make rsync; do
+for pkg in docker.io debootstrap iproute2 git make rsync chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
