@@ -267,3 +267,20 @@ def test_cli_converts_and_reports_errors_in_one_line(pairs, tmp_path, capsys):
     assert cli.main(["convert", "--to", "ascend", str(pairs["tiny"].bf16), str(tmp_path / "out2")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not an int8 model" in err[0]
+
+
+@pytest.mark.parametrize("name", ["tiny", "sharded"])
+def test_profile_from_the_converted_model_equals_the_compressed_tensors_one(pairs, converted, name):
+    from rollout8.profile import compute_profile
+
+    a = compute_profile(pairs[name].bf16, pairs[name].int8)
+    b = compute_profile(pairs[name].bf16, converted[name])
+    assert list(a) == list(b) and len(a) == 9 * pairs[name].shape.num_hidden_layers
+    for key in a:
+        assert set(a[key]) == set(b[key]), key
+        for field, va in a[key].items():
+            vb = b[key][field]
+            if isinstance(va, torch.Tensor):
+                assert va.dtype == vb.dtype and torch.equal(va, vb), (key, field)
+            else:
+                assert va == vb, (key, field)
