@@ -285,16 +285,25 @@ def open_quantized(directory: str | Path) -> QuantizedModel:
     return QuantizedModel(directory)
 
 
-def flashrl_overrides(int8_dir: str | Path) -> dict:
-    """Extra keys for the FlashRL config entry that points at this int8 model.
+def flashrl_entry_fields(layout: str) -> dict:
+    """Extra keys for a FlashRL int8 config entry whose model is in `layout` (no disk access: node paths work).
 
-    An ascend-layout model loads on vllm-ascend 7e16b4a only with ``quantization="ascend"`` (config.json has no
-    quantization_config, so nothing would select the method otherwise); FlashRL passes a ``quantization`` key of
-    its config entry to ``vllm.LLM``. ``weight_scale_fp32`` is a plain tensor attribute that W8A8_DYNAMIC's
-    post-load step derives from ``weight_scale``; FlashRL's reload re-runs that step on a freshly allocated,
-    never-loaded ``weight_scale``, so it is kept across reloads with ``module_attribute_to_preserve``.
+    An ascend-layout model loads on vllm-ascend 7e16b4a only with ``quantization="ascend"``: its config.json has no
+    quantization_config, so nothing else selects the method (without it vLLM builds an unquantized model and
+    fails on the unknown ``weight_scale`` tensors). FlashRL passes an entry's ``quantization`` key to
+    ``vllm.LLM`` (keys_to_overload in flash_rl/vllm_patch.py). ``weight_scale_fp32`` is a plain tensor attribute
+    that W8A8_DYNAMIC's post-load step derives from ``weight_scale``; FlashRL's reload re-runs that step on a
+    freshly allocated, never-loaded ``weight_scale``, so it is kept across reloads with
+    ``module_attribute_to_preserve`` (Qwen2 does not read it, DeepSeek's MLP does).
     compressed-tensors models need nothing extra (vLLM reads the method from config.json).
     """
-    if detect_layout(int8_dir) == ASCEND:
+    if layout == ASCEND:
         return {"quantization": ASCEND, "module_attribute_to_preserve": ["weight_scale_fp32"]}
-    return {}
+    if layout == COMPRESSED_TENSORS:
+        return {}
+    raise ModelError(f"unknown int8 model layout {layout!r} ({COMPRESSED_TENSORS} or {ASCEND})")
+
+
+def flashrl_overrides(int8_dir: str | Path) -> dict:
+    """flashrl_entry_fields for the layout of the model in `int8_dir`."""
+    return flashrl_entry_fields(detect_layout(int8_dir))
