@@ -29,6 +29,7 @@ from pathlib import Path
 from . import quantmath
 from .checkpoint import Checkpoint
 from .errors import ModelError
+from .quant_layout import open_quantized
 
 # The dtype FlashRL's transformers load gives the quantized model's floating tensors (see module docstring).
 QUANTIZED_LOAD_DTYPE = "float16"
@@ -54,10 +55,6 @@ def _check_pair(bf16: Checkpoint, int8: Checkpoint) -> int:
     nq = _num_layers(int8)
     if n != nq:
         raise ModelError(f"num_hidden_layers differs: {n} in {bf16.dir} vs {nq} in {int8.dir}: not the same model")
-    qcfg = int8.config.get("quantization_config")
-    if not isinstance(qcfg, dict) or qcfg.get("quant_method") != "compressed-tensors":
-        raise ModelError(f"{int8.dir}/config.json: no compressed-tensors quantization_config; "
-                         "expected a W8A8 compressed-tensors checkpoint (e.g. RedHatAI/*-quantized.w8a8)")
     for name in bf16.names():
         if any(marker in name for marker in UNSUPPORTED_MARKERS):
             raise ModelError(f"{bf16.dir}: tensor {name!r}: FlashRL's int8 profile covers dense Qwen2/Llama "
@@ -132,7 +129,10 @@ def profile_layer(i: int, bf16: Checkpoint, int8: Checkpoint) -> dict:
 def compute_profile(bf16_dir: str | Path, int8_dir: str | Path, progress=None) -> dict:
     """FlashRL's int8 profile for a bf16 model and its W8A8 (compressed-tensors) twin, streamed layer by layer.
     Keys are in the order FlashRL writes them (all norms, then q/k/v/o/gate/up, then down)."""
-    bf16, int8 = Checkpoint(bf16_dir), Checkpoint(int8_dir)
+    # The int8 model may be in the compressed-tensors or the vllm-ascend layout: tensor names and values of the
+    # int8 weights, scales and norms are the same in both (quant_layout checks the scheme, MoE and layout).
+    int8 = open_quantized(int8_dir).checkpoint
+    bf16 = Checkpoint(bf16_dir)
     n = _check_pair(bf16, int8)
     layers = []
     for i in range(n):
