@@ -1,0 +1,346 @@
+"""The run spec: one YAML file per training run (configs/runs/*.yaml), loaded into a typed model.
+
+Every field is declared here; an unknown or misspelled field fails at load with its dotted path
+(`extra="forbid"`), before anything touches a node. Relative paths resolve against the spec file's
+directory. `rollout8 check --explain` prints the field reference generated from this module.
+
+Paths come in two kinds:
+- *local* paths (model.bf16, model.int8, model.profile, data.*): where the artifacts are on the machine
+  that runs `rollout8 render` / Ansible. The bundle copies them to every node under `deploy.root`.
+- *node* paths: where the artifacts are on every node. By default `<deploy.root>/models/bf16`,
+  `<deploy.root>/models/int8`, `<deploy.root>/profile.pt`, `<deploy.root>/data/<file>` and
+  `<deploy.root>/flashrl.yaml`. With `deploy.shared_storage: true` the models, profile and data are
+  already on every node (shared storage) at the absolute paths given, and nothing is copied.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import SpecError
+
+DEFAULT_DEPLOY_ROOT = "/var/lib/rollout8/runs/{name}"
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+PORT_RANGE_PATTERN = r"^\d{1,5}-\d{1,5}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """The policy model: bf16 weights for the trainer, the int8 twin and profile for FlashRL rollouts."""
+
+    bf16: Path = Field(description="HF directory of the bf16 model (trainer weights, and the rollout for bf16).")
+    int8: Path | None = Field(None, description="W8A8 int8 model directory (required for int8 and hybrid).")
+    profile: Path | None = Field(
+        None, description="FlashRL int8 profile (`rollout8 profile`); default: <int8>/profile.pt.")
+    layout: Literal["compressed-tensors", "ascend"] = Field(
+        "compressed-tensors",
+        description="layout of the int8 model: compressed-tensors (HF W8A8) or ascend (vllm-ascend "
+                    "W8A8_DYNAMIC, written by `rollout8 convert`).")
+    moe: bool | None = Field(
+        None, description="the model is a mixture of experts; null: detect from config.json when readable.")
+
+    @property
+    def profile_path(self) -> Path | None:
+        if self.profile is not None:
+            return self.profile
+        return None if self.int8 is None else self.int8 / "profile.pt"
+
+
+class HybridMix(_Strict):
+    """How many FlashRL config entries of each kind; DP rollout worker k uses entry k % (int8 + bf16)."""
+
+    int8: int = Field(1, ge=1, description="number of int8 entries in the FlashRL config list.")
+    bf16: int = Field(1, ge=1, description="number of bf16 entries in the FlashRL config list.")
+
+
+class RolloutSpec(_Strict):
+    quantization: Literal["int8", "bf16", "hybrid"] = Field(
+        description="int8: every rollout worker runs int8 (FlashRL); bf16: plain verl baseline, FlashRL off; "
+                    "hybrid: FlashRL int8 and bf16 entries spread over DP rollout workers.")
+    hybrid: HybridMix | None = Field(None, description="the int8/bf16 mix (hybrid only); default 1:1.")
+    lmhead_fp32: bool = Field(
+        False, description="FLASHRL_LMHEAD_FP32=1 (lm_head in fp32). Off by default on NPU: vllm-ascend's "
+                           "lm_head classes skip FlashRL's patch.")
+
+    @model_validator(mode="after")
+    def _hybrid_only_for_hybrid(self) -> RolloutSpec:
+        if self.hybrid is not None and self.quantization != "hybrid":
+            raise ValueError("rollout.hybrid is only valid with rollout.quantization: hybrid")
+        return self
+
+    @property
+    def mix(self) -> HybridMix | None:
+        if self.quantization != "hybrid":
+            return None
+        return self.hybrid or HybridMix()
+
+
+class NetworkSpec(_Strict):
+    """Cluster network settings, exported on every node before `ray start` (HCCL/Gloo/TP sockets)."""
+
+    nic: str | None = Field(
+        None, description="cluster NIC name (HCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME); "
+                          "HCCL_IF_IP is each node's address on it, set per node by Ansible.")
+    hccl_connect_timeout: int = Field(3000, ge=1, description="HCCL_CONNECT_TIMEOUT in seconds.")
+    hccl_exec_timeout: int | None = Field(None, ge=1, description="HCCL_EXEC_TIMEOUT in seconds (unset: CANN default).")
+    hccl_buffsize: int | None = Field(None, ge=1, description="HCCL_BUFFSIZE in MB (unset: CANN default).")
+    hccl_host_socket_port_range: str | None = Field(
+        None, pattern=PORT_RANGE_PATTERN, description="HCCL_HOST_SOCKET_PORT_RANGE, e.g. 60000-60050.")
+    hccl_npu_socket_port_range: str | None = Field(
+        None, pattern=PORT_RANGE_PATTERN, description="HCCL_NPU_SOCKET_PORT_RANGE, e.g. 61000-61050.")
+
+    @field_validator("nic")
+    @classmethod
+    def _nic_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", value):
+            raise ValueError(f"{value!r} is not a network interface name (e.g. eth0, enp189s0f0)")
+        return value
+
+    @field_validator("hccl_host_socket_port_range", "hccl_npu_socket_port_range")
+    @classmethod
+    def _port_range(cls, value: str | None) -> str | None:
+        if value is not None:
+            low, high = (int(x) for x in value.split("-"))
+            if not (1 <= low <= high <= 65535):
+                raise ValueError(f"{value!r}: need LOW-HIGH with 1 <= LOW <= HIGH <= 65535")
+        return value
+
+
+class ClusterSpec(_Strict):
+    nnodes: int = Field(ge=1, description="number of nodes (trainer.nnodes).")
+    npus_per_node: int = Field(ge=1, description="accelerators used per node (trainer.n_gpus_per_node; 8 on A2).")
+    accelerator: Literal["npu", "cpu"] = Field(
+        "npu", description="npu: Ascend; cpu: the simulated CPU cluster (tests, demo), trainer.device=cpu.")
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+
+
+class DataSpec(_Strict):
+    train: Path = Field(description="training parquet file (data.train_files).")
+    val: Path = Field(description="validation parquet file (data.val_files).")
+
+
+class DeploySpec(_Strict):
+    root: str | None = Field(
+        None, description="absolute directory on every node for this run's artifacts; "
+                          "default /var/lib/rollout8/runs/<name>.")
+    shared_storage: bool = Field(
+        False, description="true: model, profile and data paths are already valid on every node (shared "
+                           "storage, absolute paths) and are not copied.")
+
+    @field_validator("root")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not PurePosixPath(value).is_absolute():
+            raise ValueError(f"{value!r} must be an absolute path (it is a path on every node)")
+        return value
+
+
+class RunSpec(_Strict):
+    name: str = Field(pattern=NAME_PATTERN, description="run name: lower case, digits, '.', '_', '-'.")
+    description: str = Field("", description="free text.")
+    model: ModelSpec
+    rollout: RolloutSpec
+    cluster: ClusterSpec
+    data: DataSpec
+    deploy: DeploySpec = Field(default_factory=DeploySpec)
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment for every node and Ray worker (wins over the bundle's).")
+    verl: dict[str, Any] = Field(
+        default_factory=dict, description="verl hydra overrides: dotted key -> value; '+key' adds a key, "
+                                          "'++key' adds or overrides, '~key' deletes.")
+
+    # Where the spec was loaded from (not a field of the file).
+    source: Path | None = Field(None, exclude=True, repr=False)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                    raise ValueError(f"{key!r} is not an environment variable name")
+                if isinstance(item, bool):
+                    item = "1" if item else "0"
+                if item is None or isinstance(item, (dict, list)):
+                    raise ValueError(f"{key}: value must be a string or number, got {item!r}")
+                item = str(item)
+                if "\n" in item:
+                    raise ValueError(f"{key}: value must be one line")
+                out[key] = item
+            return out
+        return value
+
+    @field_validator("verl")
+    @classmethod
+    def _verl_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not re.fullmatch(r"(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", key):
+                raise ValueError(f"{key!r} is not a dotted hydra key (optionally prefixed with +, ++ or ~)")
+        return value
+
+    @model_validator(mode="after")
+    def _int8_needs_model(self) -> RunSpec:
+        if self.rollout.quantization in ("int8", "hybrid") and self.model.int8 is None:
+            raise ValueError(f"model.int8 is required for rollout.quantization: {self.rollout.quantization}")
+        return self
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def flashrl(self) -> bool:
+        """Whether FlashRL runs at all (bf16 is the plain verl baseline)."""
+        return self.rollout.quantization in ("int8", "hybrid")
+
+    @property
+    def deploy_root(self) -> str:
+        return self.deploy.root or DEFAULT_DEPLOY_ROOT.format(name=self.name)
+
+    def node_path(self, what: str) -> str:
+        """Where an artifact is on every node: what in bf16, int8, profile, flashrl, train, val."""
+        root = PurePosixPath(self.deploy_root)
+        if what == "flashrl":
+            return str(root / "flashrl.yaml")
+        local = self.local_path(what)
+        if self.deploy.shared_storage:
+            return str(local) if local is not None else ""
+        if what in ("bf16", "int8"):
+            return str(root / "models" / what)
+        if what == "profile":
+            return str(root / "profile.pt")
+        if what in ("train", "val"):
+            assert local is not None
+            return str(root / "data" / f"{what}{''.join(local.suffixes) or '.parquet'}")
+        raise KeyError(what)
+
+    def local_path(self, what: str) -> Path | None:
+        return {
+            "bf16": self.model.bf16,
+            "int8": self.model.int8,
+            "profile": self.model.profile_path,
+            "train": self.data.train,
+            "val": self.data.val,
+        }[what]
+
+    def artifacts(self) -> list[str]:
+        """The artifacts this run needs on every node, in a fixed order."""
+        names = ["bf16"]
+        if self.flashrl:
+            names += ["int8", "profile"]
+        return names + ["train", "val"]
+
+
+def _resolve(base: Path, value: Any) -> Any:
+    if value is None:
+        return None
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def _resolve_paths(raw: dict, base: Path) -> dict:
+    """Resolve the local path fields against the spec's directory (only where the mapping shape is right;
+    type errors are left to the model). On shared storage the paths are node paths: left as written, so
+    `check` can refuse a relative one."""
+    deploy = raw.get("deploy")
+    if isinstance(deploy, dict) and deploy.get("shared_storage") is True:
+        return raw
+    for section, fields in (("model", ("bf16", "int8", "profile")), ("data", ("train", "val"))):
+        block = raw.get(section)
+        if isinstance(block, dict):
+            for field in fields:
+                if isinstance(block.get(field), (str, Path)):
+                    block[field] = str(_resolve(base, block[field]))
+    return raw
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (misspelled? see `rollout8 check --explain`)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        msg = msg.removeprefix("Value error, ")
+        lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_spec(raw: Any, base: Path, source: str = "<spec>") -> RunSpec:
+    if not isinstance(raw, dict):
+        raise SpecError(f"{source}: a run spec is a YAML mapping (name:, model:, rollout:, cluster:, data:, ...)")
+    raw = dict(raw)
+    for section in ("model", "data"):
+        if isinstance(raw.get(section), dict):
+            raw[section] = dict(raw[section])
+    raw = _resolve_paths(raw, base)
+    try:
+        return RunSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, source)) from None
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """Load and validate a run spec; SpecError lists one line per bad field."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: run spec not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML ({exc})") from None
+    spec = parse_spec(raw, path.resolve().parent, str(path))
+    return spec.model_copy(update={"source": path.resolve()})
+
+
+def explain() -> str:
+    """A field reference generated from the model (for `rollout8 check --explain` and configs/README.md)."""
+    lines: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            if name == "source":
+                continue
+            annotation = field.annotation
+            sub = _submodel(annotation)
+            required = field.is_required()
+            default = "" if required else f" (default: {_default_repr(field)})"
+            desc = field.description or ""
+            if sub is not None:
+                lines.append(f"{prefix}{name}:{'' if required else ' (optional section)'} {desc}".rstrip())
+                walk(sub, f"{prefix}{name}.")
+            else:
+                kind = _type_repr(annotation)
+                lines.append(f"{prefix}{name} [{kind}]{' required' if required else ''}{default}: {desc}".rstrip())
+
+    walk(RunSpec, "")
+    return "\n".join(lines)
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    args = getattr(annotation, "__args__", None) or (annotation,)
+    for arg in args:
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _type_repr(annotation: Any) -> str:
+    if get_origin(annotation) is Literal:
+        return "|".join(str(a) for a in get_args(annotation))
+    text = getattr(annotation, "__name__", None) or str(annotation)
+    return text.replace("typing.", "").replace("pathlib.", "")
+
+
+def _default_repr(field: Any) -> str:
+    if field.default_factory is not None:
+        return "{}"
+    return "null" if field.default is None else repr(field.default)
