@@ -35,14 +35,16 @@ def detect_layout(model_dir: Path) -> str:
 def layout_entry_fields(layout: str) -> dict:
     """Extra FlashRL entry fields a model layout needs.
 
-    HOOK for the vllm-ascend layout: vllm-ascend 7e16b4a maps any quantization_config to its own "ascend"
-    method, so neither layout needs a `quantization` override today. If an NPU run shows that the ascend
-    layout must be named explicitly, return {"quantization": "ascend"} here (FlashRL passes `quantization`
-    from the entry through to vllm.LLM, see keys_to_overload in flash_rl/vllm_patch.py).
+    The vllm-ascend layout (`rollout8 convert --to ascend`) has no quantization_config in config.json, so it
+    must be named: `quantization: ascend` (FlashRL passes it through to vllm.LLM, keys_to_overload in
+    flash_rl/vllm_patch.py), plus `module_attribute_to_preserve` for W8A8_DYNAMIC's derived scale. Why, from
+    vllm-ascend 7e16b4a's source: rollout8.quant_layout.flashrl_entry_fields.
     """
     if layout not in ("compressed-tensors", "ascend"):
         raise SpecError(f"unknown int8 model layout {layout!r} (compressed-tensors or ascend)")
-    return {}
+    from .quant_layout import flashrl_entry_fields
+
+    return flashrl_entry_fields(layout)
 
 
 def int8_entry(model: str, profile: str, layout: str = "compressed-tensors") -> dict:

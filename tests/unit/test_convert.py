@@ -284,3 +284,33 @@ def test_profile_from_the_converted_model_equals_the_compressed_tensors_one(pair
                 assert va.dtype == vb.dtype and torch.equal(va, vb), (key, field)
             else:
                 assert va == vb, (key, field)
+
+
+def test_setup_writes_the_ascend_quantization_method_for_a_converted_model(pairs, converted, tmp_path):
+    """`rollout8 setup` on the converted model: FlashRL passes `quantization` to vllm.LLM; without it vLLM
+    would build an unquantized model (config.json has no quantization_config)."""
+    import yaml
+
+    profile = tmp_path / "profile.pt"
+    profile.write_bytes(b"stand-in: setup only checks that the file exists")
+    for model, want in ((converted["tiny"], {"quantization": "ascend",
+                                            "module_attribute_to_preserve": ["weight_scale_fp32"]}),
+                        (pairs["tiny"].int8, {})):
+        out = tmp_path / "flashrl.yaml"
+        assert cli.main(["setup", "--fn", "int8", "-m", str(model), "-p", str(profile), "-o", str(out)]) == 0
+        (entry,) = yaml.safe_load(out.read_text())["configs"]
+        assert entry["fn"] == "int8" and entry["model"] == str(model)
+        assert {k: entry[k] for k in ("quantization", "module_attribute_to_preserve") if k in entry} == want
+
+
+def test_verify_quant_passes_on_the_converted_model_as_on_the_source(pairs, converted, tmp_path):
+    from rollout8.profile import write_profile
+    from rollout8.verify_quant import verify
+
+    profile = tmp_path / "profile.pt"
+    write_profile(pairs["tiny"].bf16, converted["tiny"], profile)
+    a = verify(pairs["tiny"].bf16, pairs["tiny"].int8, profile)
+    b = verify(pairs["tiny"].bf16, converted["tiny"], profile)
+    assert a.passed and b.passed
+    assert [(r.name, r.max_lsb, r.mismatch_share) for r in a.rows] == \
+        [(r.name, r.max_lsb, r.mismatch_share) for r in b.rows]
