@@ -1,0 +1,129 @@
+"""Online int8 requantization on CPU, in GB/s: FlashRL's quantizer (patched) vs rollout8.quantmath vs a plain copy.
+
+At every weight sync FlashRL turns each bf16 linear weight into int8: round(W * output_scale * input_scale),
+clamped to [-128, 127]. The work reads the bf16 weight once, so a plain `copy_` of the same bf16 tensor is the
+memory-bandwidth bound it is measured against. GB/s = bytes of the bf16 weight / seconds (median of REPEAT runs).
+
+- FlashRL: `flash_rl.flash_quantization.linear_quantize` from a copy of the installed flash-llm-rl 1.0.3 package
+  (or an unpacked wheel from $ROLLOUT8_WHEELHOUSE), patched in a scratch directory with
+  `rollout8 patches apply --component flash_rl` (as shipped it calls torch.cuda.current_device() and fails on
+  CPU; the harness records that error in the row's note).
+- rollout8: `rollout8.quantmath.apply_entry`, the same arithmetic used by profile/verify-quant.
+- in-place: the same operations in the same order on one float32 buffer (`w.float().mul_().mul_().round_()
+  .clamp_()`), a reference for how much of the gap to the copy bound is allocation of temporaries.
+All outputs are checked equal before any time is reported.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+# Qwen2.5-7B's q_proj: 3584 x 3584 bf16 (24.5 MiB); a second, larger MLP shape.
+SHAPES = [("q_proj 3584x3584", 3584, 3584), ("gate_proj 18944x3584", 18944, 3584)]
+REPEAT = 5
+WARMUP = 1
+FLASHRL_VERSION = "1.0.3"
+
+
+def _flashrl_tree(work_dir: Path) -> Path:
+    """A scratch directory holding flash_rl/ exactly as the 1.0.3 wheel ships it."""
+    target = work_dir / "site"
+    target.mkdir()
+    wheelhouse = os.environ.get("ROLLOUT8_WHEELHOUSE")
+    wheels = sorted(Path(wheelhouse).glob(f"flash_llm_rl-{FLASHRL_VERSION}-*.whl")) if wheelhouse else []
+    if wheels:
+        with zipfile.ZipFile(wheels[0]) as zf:
+            zf.extractall(target)
+        return target
+    version = importlib.metadata.version("flash-llm-rl")
+    if version != FLASHRL_VERSION:
+        raise RuntimeError(f"flash-llm-rl {version} installed, the bench needs {FLASHRL_VERSION}")
+    for file in importlib.metadata.files("flash-llm-rl"):
+        if file.parts[0] == "flash_rl" and file.suffix == ".py":
+            dest = target / Path(*file.parts)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file.locate(), dest)
+    return target
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _gbps(fn, nbytes: int) -> float:
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    for _ in range(REPEAT):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return nbytes / statistics.median(times) / 1e9
+
+
+def bench(work_dir: Path) -> list[dict]:
+    import torch
+
+    from rollout8 import quantmath
+
+    site = _flashrl_tree(work_dir)
+    shipped = _load(site / "flash_rl" / "flash_quantization.py", "_flashrl_shipped_quantization")
+    subprocess.run([sys.executable, "-m", "rollout8", "patches", "apply", "--target", str(site),
+                    "--component", "flash_rl"], check=True, capture_output=True, text=True)
+    patched = _load(site / "flash_rl" / "flash_quantization.py", "_flashrl_patched_quantization")
+
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    for label, out_features, in_features in SHAPES:
+        weight = (torch.randn(out_features, in_features, generator=gen) * 0.02).to(torch.bfloat16)
+        entry = {
+            "input_scale": torch.rand(1, in_features, generator=gen) + 0.5,  # SmoothQuant factor [1, in]
+            "output_scale": 1.0 / (weight.float().abs().amax(dim=1, keepdim=True) / 127.0),  # 1/weight_scale
+            "type": torch.int8,
+        }
+        name = "model.layers.0.self_attn.q_proj.weight"
+        profile = {name: entry}
+        try:
+            shipped.linear_quantize(name, weight, profile)
+            shipped_note = "FlashRL as shipped ran on CPU"
+        except (RuntimeError, AssertionError) as exc:
+            shipped_note = f"FlashRL as shipped fails on CPU: {str(exc).splitlines()[0]}"
+        ours = quantmath.apply_entry(weight, entry)
+        theirs = patched.linear_quantize(name, weight, profile)
+        def in_place(weight=weight, entry=entry):
+            buf = weight.float().mul_(entry["output_scale"]).mul_(entry["input_scale"])
+            return buf.round_().clamp_(min=-128, max=127).to(torch.int8)
+
+        for other_label, other in (("patched FlashRL", theirs), ("the in-place chain", in_place())):
+            if not torch.equal(ours, other):
+                raise AssertionError(f"{label}: rollout8.quantmath and {other_label} disagree "
+                                     f"({(ours != other).sum().item()} entries)")
+        dst = torch.empty_like(weight)
+        nbytes = weight.numel() * weight.element_size()
+        copy = _gbps(lambda: dst.copy_(weight), nbytes)  # noqa: B023 - called before the loop moves on
+        flashrl = _gbps(lambda: patched.linear_quantize(name, weight, profile), nbytes)  # noqa: B023
+        rollout8 = _gbps(lambda: quantmath.apply_entry(weight, entry), nbytes)  # noqa: B023
+        inplace = _gbps(in_place, nbytes)
+        rows += [
+            {"name": f"int8 requant {label}", "a_label": "FlashRL (patched)", "a": flashrl,
+             "b_label": "bf16 copy", "b": copy, "unit": "GB/s", "note": shipped_note},
+            {"name": f"int8 requant {label}", "a_label": "rollout8.quantmath", "a": rollout8,
+             "b_label": "bf16 copy", "b": copy, "unit": "GB/s"},
+            {"name": f"int8 requant {label}", "a_label": "rollout8.quantmath", "a": rollout8,
+             "b_label": "FlashRL (patched)", "b": flashrl, "unit": "GB/s", "note": "outputs equal"},
+            {"name": f"int8 requant {label}", "a_label": "in-place float32 chain", "a": inplace,
+             "b_label": "FlashRL (patched)", "b": flashrl, "unit": "GB/s", "note": "outputs equal; headroom"},
+        ]
+    return rows
