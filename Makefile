@@ -35,3 +35,8 @@ test: venv ## run the whole test suite on this machine (CPU; starts Docker if ne
 .PHONY: test-unit
 test-unit: venv ## fast tests only (no Docker, no cluster, no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+BENCH_ARGS ?=
+.PHONY: bench
+bench: venv ## side-by-side benchmarks (ratios; JSON in bench/results/); BENCH_ARGS="--only quantizer"
+	$(PY) bench/run.py $(BENCH_ARGS)
