@@ -31,7 +31,6 @@ from rollout8.quant_layout import (  # noqa: E402
     flashrl_overrides,
     open_quantized,
 )
-from rollout8.testmodels import make_pair  # noqa: E402
 
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
@@ -42,12 +41,11 @@ VLLM_LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "m
 
 
 @pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pairs")
+def pairs(model_pair_factory):
     return {
-        "tiny": make_pair(root / "tiny", preset="tiny"),
-        "untied": make_pair(root / "untied", preset="untied"),
-        "sharded": make_pair(root / "sharded", preset="mha", shard_bytes=40_000),
+        "tiny": model_pair_factory("tiny"),
+        "untied": model_pair_factory("untied"),
+        "sharded": model_pair_factory("mha", shard_bytes=40_000),
     }
 
 
