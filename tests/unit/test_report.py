@@ -253,6 +253,16 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------- tensorboard
+def test_tensorboard_fixture_from_torch_summary_writer(tmp_path):
+    """Event bytes written by torch's SummaryWriter (data/report/make_tfevents.py), read with no tensorboard."""
+    run = load_run(Path(__file__).parent / "data" / "report" / "tensorboard")
+    assert sorted(run.steps) == [1, 2, 3] and run.notes == []
+    assert run.steps[2]["critic/rewards/mean"] == pytest.approx(0.7)
+    assert run.steps[3]["timing_s/step"] == pytest.approx(13.0)
+    assert run.steps[3]["val-core/openai/gsm8k/reward/mean@1"] == pytest.approx(0.75)
+    assert "val-core/openai/gsm8k/reward/mean@1" not in run.steps[2]
+
+
 def test_tensorboard_events_written_by_torch(tmp_path):
     try:
         from torch.utils.tensorboard import SummaryWriter
@@ -269,6 +279,14 @@ def test_tensorboard_events_written_by_torch(tmp_path):
     assert sorted(run.steps) == [1, 2, 3]
     assert run.steps[2]["critic/rewards/mean"] == pytest.approx(0.5)
     assert run.steps[3]["timing_s/step"] == pytest.approx(10.0)
+    # a writer killed mid-record: everything before the cut is read, and the cut is noted
+    (events,) = run_dir.glob("events.out.tfevents.*")
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / events.name).write_bytes(events.read_bytes()[:-7])
+    run = load_run(cut)
+    assert sorted(run.steps) == [1, 2, 3] and "timing_s/step" in run.steps[2]
+    assert any("ends inside a record" in n for n in run.notes)
 
 
 # ---------------------------------------------------------------------------------------------- browser
