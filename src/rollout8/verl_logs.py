@@ -34,6 +34,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # `step:N` not preceded by a word char or '/', so `training/global_step:3` is not a line start.
 _CONSOLE = re.compile(r"(?<![\w/])step:(-?\d+)((?: - .*)?)$")
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # np.float64(0.5), np.int64(3), torch-free numpy reprs
+_RAY_DEDUP = re.compile(r" \[repeated \d+x across cluster\]$")  # Ray's log deduplication suffix
 _FLASHRL_FN = re.compile(r"flash_rl config: fn: (\w+)")
 
 
@@ -92,7 +93,7 @@ def parse_value(text: str) -> float | None:
 
 def parse_console_line(line: str) -> tuple[int, dict[str, float], list[str]] | None:
     """(step, metrics, unparsed items) for a verl console metrics line, or None if the line is something else."""
-    match = _CONSOLE.search(_ANSI.sub("", line.rstrip("\r\n")))
+    match = _CONSOLE.search(_RAY_DEDUP.sub("", _ANSI.sub("", line.rstrip("\r\n"))))
     if not match:
         return None
     step = int(match.group(1))
@@ -109,12 +110,21 @@ def parse_console_line(line: str) -> tuple[int, dict[str, float], list[str]] | N
     return step, metrics, bad
 
 
-def read_console(run: RunLog, path: Path) -> int:
-    """Add the console metrics lines of one text file to `run`; returns how many lines were found."""
+def _has_console_metrics(path: Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return any("step:" in line and parse_console_line(line) for line in fh)
+
+
+def read_console(run: RunLog, path: Path, metrics: bool = True) -> int:
+    """Add the console metrics lines of one text file to `run`; returns how many lines were found.
+
+    FlashRL's `flash_rl config: fn: <fn>` lines are collected too (for the rollout mode); metrics=False reads
+    only those.
+    """
     found = 0
     with open(path, encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
-            if "step:" not in line:
+            if "step:" not in line or not metrics:
                 fn = _FLASHRL_FN.search(line) if "flash_rl" in line else None
                 if fn:
                     run.flashrl_fns.add(fn.group(1))
@@ -214,6 +224,27 @@ def _mode_from_yaml(path: Path) -> tuple[str, str] | None:
     return None
 
 
+def _mode_from_render_json(path: Path) -> tuple[str, str] | None:
+    """(mode, why) from `rollout8 render`'s manifest (render.json: {"schema": 1, "quantization": ...})."""
+    try:
+        if path.stat().st_size > 5_000_000:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if isinstance(data, dict) and "schema" in data and isinstance(data.get("quantization"), str):
+        return data["quantization"], f"rendered manifest {path.name}"
+    return None
+
+
+def _is_driver_log(path: Path) -> bool:
+    return path.name == "driver.log" or (path.name.startswith("job-driver-") and path.suffix == ".log")
+
+
+def _is_ray_worker_log(path: Path) -> bool:
+    return path.name.startswith(("worker-", "python-core-worker-")) and path.suffix in (".out", ".err", ".log")
+
+
 def mode_from_fns(fns: set[str]) -> str:
     if len(fns) == 1:
         return next(iter(fns))
@@ -229,10 +260,23 @@ def load_run(path: Path, label: str | None = None) -> RunLog:
         run.notes.append(f"only the first {MAX_FILES} files under {path} were looked at")
     # Oldest first, so that for a step logged in two files (a restarted run) the newer file wins.
     candidates.sort(key=lambda p: (p.stat().st_mtime, str(p)))
+    # Collected Ray session logs hold every job since `ray start` (an earlier run, the smoke job...); the job's
+    # driver log holds only this job's TaskRunner output. If there is one, metrics come from it, not the workers.
+    drivers = [f for f in candidates if _is_driver_log(f) and _has_console_metrics(f)]
+    skipped_workers = 0
     modes: list[tuple[str, str]] = []
     for file in candidates:
         name = file.name
         count = 0
+        if drivers and _is_ray_worker_log(file):
+            skipped_workers += 1
+            read_console(run, file, metrics=False)  # FlashRL's per-rank lines are only there
+            continue
+        if name == "render.json":
+            found = _mode_from_render_json(file)
+            if found:
+                modes.insert(0, found)  # the rendered manifest is the most direct statement of the mode
+            continue
         if name.startswith("events.out.tfevents"):
             count = read_tensorboard(run, file)
             kind = "tensorboard"
@@ -251,6 +295,10 @@ def load_run(path: Path, label: str | None = None) -> RunLog:
             continue
         if count:
             run.files.append(f"{file.relative_to(path) if file != path else file.name} ({kind}, {count} records)")
+    if skipped_workers:
+        run.notes.append(f"metrics read from the Ray job driver log ({', '.join(f.name for f in drivers)}); "
+                         f"{skipped_workers} Ray worker log file(s) used only for FlashRL lines (they may hold "
+                         "other jobs' output)")
     if run.relogged_steps:
         steps = sorted(run.relogged_steps)
         shown = ", ".join(map(str, steps[:12])) + (" ..." if len(steps) > 12 else "")

@@ -75,6 +75,9 @@ def test_console_line_parsing_handles_ray_prefix_numpy_reprs_and_special_values(
     assert metrics["perf/throughput"] == 12.5
     assert metrics["flag"] == 1.0
     assert "name" not in metrics  # verl prints numbers only
+    line = "(TaskRunner pid=7, ip=10.0.0.2) step:4 - a:1.5 [repeated 2x across cluster]"
+    step, metrics, bad = parse_console_line(line)
+    assert (step, metrics, bad) == (4, {"a": 1.5}, [])
     assert parse_console_line("epoch 1, training/global_step:3 - foo:1") is None
     assert parse_console_line("Training Progress: 10%|#  | 1/10") is None
 
@@ -158,6 +161,46 @@ def test_identical_duplicates_from_two_loggers_are_not_called_restarts(tmp_path)
     assert run.relogged_steps == set()
     assert sorted(run.steps) == [0, 1, 2, 3, 4]
     assert len(run.files) == 2
+
+
+def test_collected_ray_logs_use_the_driver_log_for_metrics(tmp_path):
+    """The layout Ansible collects: driver.log of the job plus each node's Ray session logs (all jobs)."""
+    job = tmp_path / "logs" / "raysubmit_B"
+    worker_dir = job / "node1" / "logs"
+    worker_dir.mkdir(parents=True)
+    with open(job / "driver.log", "w") as fh:
+        fh.write("2025-01-01 INFO job started\n")
+        for step in (1, 2):
+            fh.write(RAY_PREFIX + console_line(_np(train_metrics(step, 8.0, 0.6)), step) + "\n")
+    with open(worker_dir / "worker-abc-01000000-123.out", "w") as fh:
+        fh.write(":job_id:01000000\n")  # an earlier job on the same Ray cluster, with other values
+        for step in (1, 2, 3):
+            fh.write(console_line(train_metrics(step, 50.0, 0.1), step) + "\n")
+    (worker_dir / "worker-def-02000000-456.err").write_text(
+        "2025-01-01 DEBUG flash_rl - rank 0 flash_rl config: fn: int8\n")
+    run = load_run(job)
+    assert sorted(run.steps) == [1, 2]
+    assert run.steps[2]["timing_s/step"] == 8.0 and run.relogged_steps == set()
+    assert run.mode == "int8" and run.mode_source == "FlashRL log lines"
+    assert any("metrics read from the Ray job driver log (driver.log)" in n for n in run.notes)
+
+
+def test_mode_from_rendered_manifest_flashrl_config_or_run_spec(tmp_path):
+    for name, files, expected in (
+        ("manifest", {"render.json": json.dumps({"schema": 1, "name": "x", "quantization": "hybrid"}),
+                      "flashrl.yaml": "configs:\n- fn: int8\n"}, ("hybrid", "rendered manifest render.json")),
+        ("flashrl", {"flashrl.yaml": "configs:\n- fn: int8\n- fn: bf16\n"},
+         ("hybrid (bf16+int8)", "FlashRL config flashrl.yaml")),
+        ("spec", {"spec.yaml": "rollout:\n  quantization: bf16\n"},
+         ("bf16", "run spec spec.yaml (rollout.quantization)")),
+        ("none", {"other.yaml": "a: 1\n"}, (None, "")),
+    ):
+        run_dir = tmp_path / name
+        write_run(run_dir, factor=1.0, steps=1, accs={}, jsonl=False)
+        for file, text in files.items():
+            (run_dir / file).write_text(text)
+        run = load_run(run_dir)
+        assert (run.mode, run.mode_source) == expected, name
 
 
 # ---------------------------------------------------------------------------------------------- summary
