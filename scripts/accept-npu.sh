@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `make accept-npu`: the NPU acceptance suite (tests/npu) on this node, one PASS/FAIL line per step.
+# Refuses up front, with the reason and a non-zero exit (3), on a machine without an Ascend NPU.
+#   ACCEPT_PYTHON  the interpreter with torch_npu, vllm, vllm-ascend, flash_rl and rollout8
+#                  (default: .venv/bin/python in a checkout, else python3 as in the image)
+#   ROLLOUT8_ACCEPT_*  models and work directory, see tests/npu/conftest.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${ACCEPT_PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ]; then ACCEPT_PYTHON=.venv/bin/python; else ACCEPT_PYTHON=python3; fi
+fi
+"$ACCEPT_PYTHON" -m rollout8.npu_accept || exit $?
+exec "$ACCEPT_PYTHON" -m pytest tests/npu -m npu -v -rA -p no:cacheprovider "$@"
