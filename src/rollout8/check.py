@@ -412,13 +412,14 @@ def check_profile(c: _Collector, spec: RunSpec) -> None:
 
 def run_checks(spec: RunSpec) -> list[Finding]:
     c = _Collector()
+    check_paths(c, spec)
     try:
         rendered = render_spec(spec)
     except Rollout8Error as exc:
-        c.error("flashrl-paths", "model", str(exc))
+        if not any(f.level == "error" for f in c.findings):
+            c.error("flashrl-paths", "model", str(exc))
         return c.findings
     check_rollout_mode(c, spec, rendered)
-    check_paths(c, spec)
     check_verl_keys(c, spec, rendered)
     check_verl_quantization(c, spec, rendered)
     check_owned(c, spec, rendered)

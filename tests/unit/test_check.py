@@ -1,0 +1,321 @@
+"""`rollout8 check`: every rule has a spec it refuses and one it passes, on the real tiny model pair and profile."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import pytest
+import yaml
+
+from rollout8.check import run_checks
+from rollout8.cli import main
+from rollout8.runspec import parse_spec
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+@pytest.fixture(scope="module")
+def run_dir(model_pair, tmp_path_factory):
+    """A run directory with the tiny pair, its real profile (rollout8 profile) and two data files."""
+    from rollout8.profile import write_profile
+
+    base = tmp_path_factory.mktemp("run")
+    write_profile(model_pair.bf16, model_pair.int8, base / "profile.pt")
+    (base / "data").mkdir()
+    for name in ("train", "val"):
+        (base / "data" / f"{name}.parquet").write_bytes(b"PAR1")
+    return base
+
+
+@pytest.fixture
+def raw(model_pair, run_dir):
+    """A spec (as a mapping) that passes every rule: 3 CPU nodes x 2, TP 1, int8."""
+    return {
+        "name": "t",
+        "model": {"bf16": str(model_pair.bf16), "int8": str(model_pair.int8), "profile": str(run_dir / "profile.pt"),
+                  "layout": "compressed-tensors"},
+        "rollout": {"quantization": "int8"},
+        "cluster": {"nnodes": 3, "npus_per_node": 2, "accelerator": "cpu"},
+        "data": {"train": str(run_dir / "data/train.parquet"), "val": str(run_dir / "data/val.parquet")},
+        "verl": {
+            "data.train_batch_size": 6,
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 6,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+            "actor_rollout_ref.rollout.n": 2,
+            "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+        },
+    }
+
+
+def findings(raw, run_dir, level=None):
+    spec = parse_spec(copy.deepcopy(raw), run_dir)
+    return [f for f in run_checks(spec) if level is None or f.level == level]
+
+
+def errors(raw, run_dir, rule=None):
+    return [f for f in findings(raw, run_dir, "error") if rule is None or f.rule == rule]
+
+
+def test_base_spec_passes_every_rule(raw, run_dir):
+    assert findings(raw, run_dir, "error") == []
+    assert findings(raw, run_dir, "warning") == []
+
+
+def test_rollout_mode(raw, run_dir):
+    raw["verl"]["actor_rollout_ref.rollout.mode"] = "async"
+    [err] = errors(raw, run_dir, "rollout-mode")
+    assert err.field == "verl.actor_rollout_ref.rollout.mode" and "sync" in err.message
+    raw["verl"]["actor_rollout_ref.rollout.mode"] = "sync"
+    assert errors(raw, run_dir, "rollout-mode") == []
+    # deleting the key falls back to the pin's default (async): refused too
+    del raw["verl"]["actor_rollout_ref.rollout.mode"]
+    raw["verl"]["~actor_rollout_ref.rollout.mode"] = None
+    assert errors(raw, run_dir, "rollout-mode")
+    # the bf16 baseline does not need FlashRL's sync path
+    del raw["verl"]["~actor_rollout_ref.rollout.mode"]
+    raw["verl"]["actor_rollout_ref.rollout.mode"] = "async"
+    raw["rollout"]["quantization"] = "bf16"
+    assert errors(raw, run_dir, "rollout-mode") == []
+
+
+def test_flashrl_paths_missing_local_artifacts(raw, run_dir):
+    raw["model"]["int8"] = str(run_dir / "nope")
+    raw["model"]["profile"] = str(run_dir / "nope.pt")
+    errs = errors(raw, run_dir, "flashrl-paths")
+    assert {e.field for e in errs} == {"model.int8", "model.profile"}
+    assert all("does not exist" in e.message for e in errs)
+
+
+def test_flashrl_paths_shared_storage_must_be_absolute(raw, run_dir):
+    raw["deploy"] = {"shared_storage": True}
+    raw["model"]["int8"] = "models/int8"  # relative: left as written on shared storage
+    errs = errors(raw, run_dir, "flashrl-paths")
+    assert any(e.field == "model.int8" and "absolute" in e.message for e in errs)
+    raw["model"]["int8"] = "/shared/models/int8"  # absolute, not on this machine: a note, not an error
+    assert errors(raw, run_dir, "flashrl-paths") == []
+    assert any(f.field == "model.int8" and f.level == "info" for f in findings(raw, run_dir))
+
+
+def test_flashrl_config_is_owned_by_render(raw, run_dir):
+    raw["env"] = {"FLASHRL_CONFIG": "flashrl.yaml"}
+    [err] = errors(raw, run_dir, "flashrl-paths")
+    assert err.field == "env.FLASHRL_CONFIG"
+
+
+def test_removed_tis_key_points_to_rollout_correction(raw, run_dir):
+    raw["verl"]["actor_rollout_ref.actor.tis_imp_ratio_cap"] = 2.0
+    [err] = errors(raw, run_dir, "verl-key")
+    assert err.field == "verl.actor_rollout_ref.actor.tis_imp_ratio_cap"
+    assert "calculate_log_probs" in err.message and "algorithm.rollout_correction" in err.message
+
+
+@pytest.mark.parametrize("bad, expect", [
+    ("actor_rollout_ref.rollout.tensor_parallel_size", "actor_rollout_ref.rollout.tensor_model_parallel_size"),
+    ("trainer.n_gpu_per_node", "trainer.n_gpus_per_node"),
+    ("data.train_batchsize", "data.train_batch_size"),
+])
+def test_unknown_verl_key_suggests_the_nearest(raw, run_dir, bad, expect):
+    raw["verl"][bad] = 1
+    [err] = errors(raw, run_dir, "verl-key")
+    assert err.field == f"verl.{bad}" and f"did you mean {expect}?" in err.message
+
+
+def test_hydra_add_and_set_semantics(raw, run_dir):
+    raw["verl"]["+trainer.total_epochs"] = 1  # exists: '+' is refused by hydra
+    raw["verl"]["actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs"] = 8  # free mapping: needs '+'
+    errs = {e.field: e.message for e in errors(raw, run_dir, "verl-key")}
+    assert "without '+'" in errs["verl.+trainer.total_epochs"]
+    assert "'+actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs'" in \
+        errs["verl.actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs"]
+    raw["verl"] = {**raw["verl"], "++trainer.total_epochs": 1,
+                   "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs": 8}
+    del raw["verl"]["+trainer.total_epochs"], raw["verl"]["actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs"]
+    assert errors(raw, run_dir, "verl-key") == []
+
+
+def test_verl_quantization_with_flashrl(raw, run_dir):
+    raw["verl"]["+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype"] = "fp8"
+    raw["verl"]["+actor_rollout_ref.rollout.engine_kwargs.vllm.quantization"] = "fp8"
+    errs = errors(raw, run_dir, "verl-quant")
+    assert len(errs) == 2 and all("FlashRL" in e.message for e in errs)
+    raw["rollout"]["quantization"] = "bf16"  # no FlashRL: verl's own options are the user's business
+    assert errors(raw, run_dir, "verl-quant") == []
+
+
+def test_moe_from_config_json(raw, run_dir, model_pair, tmp_path):
+    moe = tmp_path / "moe-bf16"
+    shutil.copytree(model_pair.bf16, moe)
+    config = json.loads((moe / "config.json").read_text())
+    config.update(num_experts=8, model_type="qwen2_moe")
+    (moe / "config.json").write_text(json.dumps(config))
+    raw["model"]["bf16"] = str(moe)
+    [err] = errors(raw, run_dir, "moe")
+    assert err.field == "model.bf16" and "num_experts=8" in err.message
+    raw["rollout"]["quantization"] = "bf16"
+    assert errors(raw, run_dir, "moe") == []
+
+
+def test_moe_declared(raw, run_dir):
+    raw["model"]["moe"] = True
+    [err] = errors(raw, run_dir, "moe")
+    assert err.field == "model.moe"
+    raw["model"]["moe"] = False
+    assert errors(raw, run_dir, "moe") == []
+
+
+def test_layout(raw, run_dir):
+    raw["model"]["layout"] = "ascend"  # the dir is compressed-tensors
+    [err] = errors(raw, run_dir, "layout")
+    assert "compressed-tensors layout" in err.message
+    raw["model"]["layout"] = "compressed-tensors"
+    raw["cluster"]["accelerator"] = "npu"  # vllm-ascend at the pin cannot load compressed-tensors
+    [err] = errors(raw, run_dir, "layout")
+    assert "rollout8 convert" in err.message
+    raw["cluster"]["accelerator"] = "cpu"
+    assert errors(raw, run_dir, "layout") == []
+
+
+def test_tp_must_divide_npus_per_node(raw, run_dir):
+    raw["verl"]["actor_rollout_ref.rollout.tensor_model_parallel_size"] = 4
+    [err] = errors(raw, run_dir, "tp")
+    assert "does not divide cluster.npus_per_node 2" in err.message
+    raw["verl"]["actor_rollout_ref.rollout.tensor_model_parallel_size"] = 2
+    assert errors(raw, run_dir, "tp") == []
+    del raw["verl"]["actor_rollout_ref.rollout.tensor_model_parallel_size"]  # verl's default 2 divides 2
+    assert errors(raw, run_dir, "tp") == []
+    raw["cluster"]["npus_per_node"] = 3
+    raw["verl"]["data.train_batch_size"] = 9
+    raw["verl"]["actor_rollout_ref.actor.ppo_mini_batch_size"] = 9
+    raw["verl"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = 1
+    [err] = errors(raw, run_dir, "tp")
+    assert "verl's default at the pin is 2" in err.message
+
+
+def test_batch_world_size(raw, run_dir):
+    raw["verl"]["data.train_batch_size"] = 5  # 5 x 2 = 10 responses over 6 ranks
+    errs = errors(raw, run_dir, "batch")
+    assert any(e.field == "verl.data.train_batch_size" and "world size 6" in e.message for e in errs)
+
+
+def test_batch_mini_larger_than_train(raw, run_dir):
+    raw["verl"]["actor_rollout_ref.actor.ppo_mini_batch_size"] = 12
+    errs = errors(raw, run_dir, "batch")
+    assert any(e.field == "verl.actor_rollout_ref.actor.ppo_mini_batch_size" and "> data.train_batch_size" in e.message
+               for e in errs)
+
+
+def test_batch_micro_must_divide_per_rank_mini(raw, run_dir):
+    raw["verl"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = 3  # per rank: 6 x 2 / 6 = 2
+    [err] = errors(raw, run_dir, "batch")
+    assert err.field == "verl.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+
+
+def test_batch_nothing_per_rank(raw, run_dir):
+    raw["verl"]["actor_rollout_ref.actor.ppo_mini_batch_size"] = 2  # 2 x 2 = 4 < 6 ranks
+    raw["verl"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = 1
+    assert any("nothing per rank" in e.message for e in errors(raw, run_dir, "batch"))
+
+
+def test_hybrid_mix_needs_enough_dp_workers(raw, run_dir):
+    raw["rollout"] = {"quantization": "hybrid", "hybrid": {"int8": 3, "bf16": 1}}  # 4 entries, 6 workers
+    assert errors(raw, run_dir, "hybrid-mix") == []
+    assert [f.rule for f in findings(raw, run_dir, "warning")] == ["hybrid-mix"]  # 6 % 4: not exact
+    raw["verl"]["actor_rollout_ref.rollout.tensor_model_parallel_size"] = 2  # 3 DP workers < 4 entries
+    [err] = errors(raw, run_dir, "hybrid-mix")
+    assert "never be used" in err.message
+    raw["rollout"]["hybrid"] = {"int8": 2, "bf16": 1}
+    assert findings(raw, run_dir, "error") == []
+
+
+def test_profile_of_another_model(raw, run_dir, model_pair_factory, tmp_path):
+    from rollout8.profile import write_profile
+
+    deeper = model_pair_factory("tiny", num_hidden_layers=3)
+    write_profile(deeper.bf16, deeper.int8, tmp_path / "deeper.pt")
+    raw["model"]["profile"] = str(tmp_path / "deeper.pt")
+    [err] = errors(raw, run_dir, "profile")
+    assert "not have" in err.message and "layer 2" in err.message
+
+
+def test_profile_missing_and_misshapen_entries(raw, run_dir, tmp_path):
+    import torch
+
+    profile = torch.load(run_dir / "profile.pt", weights_only=True)
+    del profile["model.layers.1.mlp.down_proj.weight"]
+    name = "model.layers.0.self_attn.q_proj.weight"
+    profile[name] = dict(profile[name], output_scale=torch.ones(3, 1))
+    torch.save(profile, tmp_path / "bad.pt")
+    raw["model"]["profile"] = str(tmp_path / "bad.pt")
+    messages = " | ".join(e.message for e in errors(raw, run_dir, "profile"))
+    assert "model.layers.1.mlp.down_proj.weight" in messages and "not in the profile" in messages
+    assert name in messages and "output_scale 3" in messages
+
+
+def test_profile_not_a_profile(raw, run_dir, tmp_path):
+    import torch
+
+    torch.save({"a": 1}, tmp_path / "junk.pt")
+    raw["model"]["profile"] = str(tmp_path / "junk.pt")
+    [err] = errors(raw, run_dir, "profile")
+    assert "not a FlashRL profile" in err.message
+
+
+def test_owned_keys(raw, run_dir):
+    raw["verl"]["trainer.nnodes"] = 5
+    [err] = errors(raw, run_dir, "owned-key")
+    assert err.field == "verl.trainer.nnodes" and "cluster.nnodes" in err.message
+    raw["verl"]["trainer.nnodes"] = 3  # agrees: fine
+    assert errors(raw, run_dir, "owned-key") == []
+
+
+def test_env_rules(raw, run_dir):
+    raw["env"] = {"VLLM_USE_V1": "0"}
+    [err] = errors(raw, run_dir, "env")
+    assert err.field == "env.VLLM_USE_V1"
+    raw["env"] = {}
+    raw["rollout"]["lmhead_fp32"] = True
+    assert [f for f in findings(raw, run_dir) if f.rule == "env"] == []  # cpu: no warning
+    raw["cluster"]["accelerator"] = "npu"
+    [warn] = [f for f in findings(raw, run_dir) if f.rule == "env"]
+    assert warn.level == "warning" and warn.field == "rollout.lmhead_fp32"
+
+
+def test_cli_exit_codes_and_json(raw, run_dir, tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(good)]) == 0
+    assert "0 error(s)" in capsys.readouterr().out
+    raw["verl"]["actor_rollout_ref.rollout.mode"] = "async"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(bad)]) == 1
+    out = capsys.readouterr()
+    assert "error: verl.actor_rollout_ref.rollout.mode:" in out.out
+    assert main(["check", str(bad), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["findings"][0]["rule"] == "rollout-mode"
+
+
+def test_warnings_do_not_fail(raw, run_dir, tmp_path):
+    raw["rollout"] = {"quantization": "hybrid", "hybrid": {"int8": 3, "bf16": 1}}  # warning only
+    spec = tmp_path / "warn.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(spec)]) == 0
+
+
+def test_cli_names_a_misspelled_field(raw, tmp_path, capsys):
+    raw["cluster"]["npus_per_nod"] = 8
+    spec = tmp_path / "typo.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(spec)]) == 2
+    assert "cluster.npus_per_nod: unknown field" in capsys.readouterr().err
+
+
+def test_explain_lists_every_field_and_rule(capsys):
+    assert main(["check", "--explain"]) == 0
+    out = capsys.readouterr().out
+    for text in ("model.int8", "rollout.hybrid.bf16", "cluster.network.nic", "deploy.shared_storage",
+                 "[profile]", "[hybrid-mix]"):
+        assert text in out
