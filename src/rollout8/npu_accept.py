@@ -257,8 +257,8 @@ def check_reload(comparison: WeightComparison, *, generated_before: list[str], g
     checks = [(bool(generated_after) and all(t.strip() for t in generated_after),
                f"generated after the update ({len(generated_after)} completions)")]
     fmt = ""
-    if formats:
-        kinds = sorted({int(f) for f in formats.values()})
+    kinds = sorted({int(f) for f in (formats or {}).values() if f is not None})  # None: not an NPU tensor
+    if kinds:
         fmt = f", engine format {'NZ' if kinds == [NZ_FORMAT] else kinds}"
     if comparison.problem:
         checks.append((False, f"int8 weights: {comparison.problem}"))

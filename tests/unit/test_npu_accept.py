@@ -198,6 +198,8 @@ def test_reload_passes_with_text_and_matching_weights():
     step = npu_accept.check_reload(cmp, generated_before=["x"], generated_after=["y"], formats={"a": 29})
     assert step.ok and "8 int8 weights equal verify-quant's expectation within 0 LSB" in step.line()
     assert "[in, out]" in step.line()
+    host = npu_accept.check_reload(cmp, generated_before=["x"], generated_after=["y"], formats={"a": None})
+    assert host.ok and "format" not in host.line()  # weights that are not NPU tensors have no format
     empty = npu_accept.check_reload(cmp, generated_before=["x"], generated_after=["  "])
     assert empty.status == "FAIL"
 
