@@ -1,0 +1,134 @@
+"""`rollout8 logs`: verdicts on logs written by FlashRL's own logging, laid out the way Ray writes them.
+
+The FlashRL lines come from running FlashRL's real import-time patching and patched vllm.LLM.__init__
+(flashrl_log_emitter.py, against a stand-in vllm package); the tests then place them in Ray's layouts:
+per-worker files (session_*/logs/worker-<id>-<job>-<pid>.err with the `:actor_name:` marker) and the driver's
+forwarded output (`(WorkerDict pid=N, ip=A)` prefixes, ANSI colours, `[repeated Nx across cluster]`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollout8.cli import main
+from rollout8.flashrl_config import build_config, write_config
+
+HERE = Path(__file__).resolve().parent
+pytestmark = pytest.mark.slow
+
+
+def _emit(tmp: Path, config: Path | None, ranks: list[dict]) -> None:
+    from flashrl_log_emitter import write_stub
+
+    write_stub(tmp / "stub")
+    plan = {"stub_dir": str(tmp / "stub"), "flashrl_config": str(config) if config else None, "ranks": ranks}
+    (tmp / "plan.json").write_text(json.dumps(plan))
+    done = subprocess.run([sys.executable, str(HERE / "flashrl_log_emitter.py"), str(tmp / "plan.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory):
+    """Real FlashRL output: a hybrid 2:1 config over ranks 0-2 (int8, int8, bf16) with 3 syncs each,
+    rank 3 (int8) whose quantizer hits trap 4 (no CUDA), and a worker that imported flash_rl without
+    FLASHRL_CONFIG."""
+    import torch
+
+    tmp = tmp_path_factory.mktemp("emit")
+    torch.save({}, tmp / "profile.pt")
+    config = write_config(build_config("hybrid", int8_model=str(tmp / "int8"), profile=str(tmp / "profile.pt"),
+                                       bf16_model=str(tmp / "bf16"), mix=(2, 1)), tmp / "flashrl.yaml")
+    ranks = [{"rank": r, "tp": 1, "syncs": 3, "file": str(tmp / f"rank{r}.log")} for r in range(3)]
+    ranks.append({"rank": 3, "tp": 1, "syncs": 1, "file": str(tmp / "rank3.log"), "cuda_shim": False})
+    _emit(tmp / "a", config, ranks)
+    _emit(tmp / "b", None, [{"rank": 4, "tp": 1, "syncs": 0, "file": str(tmp / "noconfig.log")}])
+    return tmp
+
+
+def ray_session(root: Path, workers: dict[int, tuple[str, Path]]) -> Path:
+    """Ray's layout: one worker-<id>-<job>-<pid>.out/.err pair per process, the actor marker first."""
+    logs = root / "session_2026-11-30_12-00-00_000000_1" / "logs"
+    logs.mkdir(parents=True)
+    for pid, (actor, source) in workers.items():
+        stem = f"worker-{pid:056x}-01000000-{pid}"
+        (logs / f"{stem}.out").write_text(f":job_id:01000000\n:actor_name:{actor}\n")
+        (logs / f"{stem}.err").write_text(f":job_id:01000000\n:actor_name:{actor}\n" + source.read_text())
+    (logs / "raylet.out").write_text("[2026-11-30 12:00:00,000 I 1 1] raylet started\n")
+    return root
+
+
+def run_logs(path: Path, capsys, *extra) -> tuple[int, dict]:
+    rc = main(["logs", str(path), "--json", *extra])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_every_rank_patched_or_bf16_by_config(emitted, tmp_path, capsys):
+    ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank0.log"), 102: ("WorkerDict", emitted / "rank1.log"),
+                           103: ("WorkerDict", emitted / "rank2.log")})
+    rc, report = run_logs(tmp_path, capsys)
+    assert rc == 0 and report["ok"]
+    assert [(r["rank"], r["status"], r["syncs"], r["pid"]) for r in report["ranks"]] == [
+        (0, "patched", 3, 101), (1, "patched", 3, 102), (2, "bf16", 0, 103)]
+    assert report["quantized_syncs"] == 6
+
+
+def test_cuda_failure_is_an_error(emitted, tmp_path, capsys):
+    ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank0.log"), 104: ("WorkerDict", emitted / "rank3.log")})
+    rc, report = run_logs(tmp_path, capsys)
+    assert rc == 1 and not report["ok"]
+    bad = report["ranks"][1]
+    assert bad["rank"] == 3 and bad["status"] == "error" and "Torch not compiled with CUDA enabled" in bad["reason"]
+
+
+def test_worker_that_never_saw_the_config(emitted, tmp_path, capsys):
+    ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank0.log"), 105: ("WorkerDict", emitted / "noconfig.log"),
+                           106: ("TaskRunner", emitted / "noconfig.log")})
+    rc, report = run_logs(tmp_path, capsys)
+    assert rc == 1 and report["no_config"] == 1 and report["rollout_ranks"] == 2
+    missing = [r for r in report["ranks"] if r["status"] == "no-config"]
+    assert missing[0]["pid"] == 105 and "FLASHRL_CONFIG" in missing[0]["reason"]
+    assert report["other_processes"] == 1  # the TaskRunner's skip is not a rollout rank
+
+
+def test_driver_output_with_ray_prefixes_and_repeats(emitted, tmp_path, capsys):
+    lines = []
+    for pid, ip, name in ((201, "10.0.0.1", "rank0.log"), (202, "10.0.0.2", "rank1.log")):
+        for line in (emitted / name).read_text().splitlines():
+            lines.append(f"\x1b[36m(WorkerDict pid={pid}, ip={ip})\x1b[0m {line}")
+    lines.append("\x1b[36m(WorkerDict pid=202, ip=10.0.0.2)\x1b[0m 2026-11-30 12:00:09,000 - "
+                 "flash_rl.flash_quantization - DEBUG - flash_rl quantization is called [repeated 5x across cluster]")
+    lines.append("(TaskRunner pid=99) 2026-11-30 12:00:00,000 - flash_rl - DEBUG - Skipping the patching of vllm")
+    lines.append("plain driver line, no prefix")
+    (tmp_path / "driver.log").write_text("\n".join(lines) + "\n")
+    rc, report = run_logs(tmp_path / "driver.log", capsys)
+    assert rc == 0
+    assert [(r["rank"], r["ip"], r["syncs"]) for r in report["ranks"]] == [(0, "10.0.0.1", 3), (1, "10.0.0.2", 3)]
+    assert report["unattributed_syncs"] == 5 and report["quantized_syncs"] == 11
+
+
+def test_plain_files_and_min_syncs(emitted, tmp_path, capsys):
+    for r in (0, 1):
+        shutil.copy(emitted / f"rank{r}.log", tmp_path / f"rank{r}.log")
+    rc, report = run_logs(tmp_path, capsys)
+    assert rc == 0 and report["patched"] == 2
+    rc, report = run_logs(tmp_path, capsys, "--min-syncs", "4")
+    assert rc == 1 and "--min-syncs 4" in report["ranks"][0]["reason"]
+
+
+def test_no_rank_found_is_not_a_pass(tmp_path, capsys):
+    (tmp_path / "x.log").write_text("nothing from FlashRL here\n")
+    assert main(["logs", str(tmp_path)]) == 1
+    assert "no rollout rank found" in capsys.readouterr().out
+
+
+def test_only_bf16_ranks_is_not_int8(emitted, tmp_path, capsys):
+    shutil.copy(emitted / "rank2.log", tmp_path / "rank2.log")
+    rc, report = run_logs(tmp_path, capsys)
+    assert rc == 1 and report["bf16"] == 1 and report["patched"] == 0
