@@ -48,7 +48,7 @@ def check_flashrl_config(value: str | None) -> tuple[str, str]:
     if raw in PROFILE_FREE_CONFIGS:
         return raw, raw
     if not os.path.isabs(raw):
-        raise ActivationError(f"FLASHRL_CONFIG={value!r} is not an absolute path: FlashRL would treat it as a "
+        raise ActivationError(f"FLASHRL_CONFIG={raw} is not an absolute path: FlashRL would treat it as a "
                               "Hugging Face hub path and try to download it. Set it to the absolute path of the "
                               "config file on every node (export it before `ray start`).")
     if not os.path.isfile(raw):

@@ -100,13 +100,15 @@ def test_patched_quantizer_runs_on_cpu(flashrl):
     assert names == ["q.weight", "other"]
 
 
-def test_patched_quantizer_reproduces_w8a8_checkpoint_within_one_lsb(flashrl, tmp_path):
-    testmodels = pytest.importorskip("rollout8.testmodels", reason="rollout8.testmodels (helper quant) missing")
-    profile_mod = pytest.importorskip("rollout8.profile", reason="rollout8.profile (helper quant) missing")
+def test_patched_quantizer_reproduces_w8a8_checkpoint_within_one_lsb(flashrl, model_pair):
+    """model_pair (tests/conftest.py): rollout8.testmodels.make_pair's tiny Qwen2 bf16 model and its
+    compressed-tensors W8A8 twin, cached in .cache/testmodels; the profile is FlashRL's, computed by
+    rollout8.profile."""
     from rollout8.checkpoint import Checkpoint
+    from rollout8.profile import compute_profile
 
-    pair = testmodels.make_pair(tmp_path / "pair", preset="tiny", seed=0)
-    profile = profile_mod.compute_profile(pair.bf16, pair.int8)
+    pair = model_pair
+    profile = compute_profile(pair.bf16, pair.int8)
     quant = _load_quantization(flashrl(QUANT))
     bf16, int8 = Checkpoint(pair.bf16), Checkpoint(pair.int8)
 
