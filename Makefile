@@ -36,6 +36,10 @@ test: venv ## run the whole test suite on this machine (CPU; starts Docker if ne
 test-unit: venv ## fast tests only (no Docker, no cluster, no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: patches-check
+patches-check: venv ## patches apply once to the pinned upstream files (PyPI wheels) and the patched FlashRL works on CPU
+	$(PY) -m pytest tests/unit/test_patches.py tests/unit/test_flashrl_patched.py tests/unit/test_activate.py $(PYTEST_ARGS)
+
 .PHONY: accept-npu
 accept-npu: ## on the first real Ascend node, before training: NPU env, int8 load, reload, logs, speed (PASS/FAIL)
 	bash scripts/accept-npu.sh $(PYTEST_ARGS)
