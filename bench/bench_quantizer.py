@@ -2,7 +2,8 @@
 
 At every weight sync FlashRL turns each bf16 linear weight into int8: round(W * output_scale * input_scale),
 clamped to [-128, 127]. The work reads the bf16 weight once, so a plain `copy_` of the same bf16 tensor is the
-memory-bandwidth bound it is measured against. GB/s = bytes of the bf16 weight / seconds (median of REPEAT runs).
+memory-bandwidth bound it is measured against. GB/s = bytes of the bf16 weight / seconds (median of REPEAT
+rounds, the contenders interleaved within each round).
 
 - FlashRL: `flash_rl.flash_quantization.linear_quantize` from a copy of the installed flash-llm-rl 1.0.3 package
   (or an unpacked wheel from $ROLLOUT8_WHEELHOUSE), patched in a scratch directory with
@@ -62,15 +63,19 @@ def _load(path: Path, name: str):
     return module
 
 
-def _gbps(fn, nbytes: int) -> float:
-    for _ in range(WARMUP):
-        fn()
-    times = []
+def _gbps(contenders: dict, nbytes: int) -> dict[str, float]:
+    """GB/s per contender, measured round-robin (a, b, c, a, b, c, ...) so that load from other processes on a
+    shared machine hits all of them alike; median of REPEAT rounds."""
+    for fn in contenders.values():
+        for _ in range(WARMUP):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(REPEAT):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return nbytes / statistics.median(times) / 1e9
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: nbytes / statistics.median(ts) / 1e9 for name, ts in times.items()}
 
 
 def bench(work_dir: Path) -> list[dict]:
@@ -112,10 +117,13 @@ def bench(work_dir: Path) -> list[dict]:
                                      f"({(ours != other).sum().item()} entries)")
         dst = torch.empty_like(weight)
         nbytes = weight.numel() * weight.element_size()
-        copy = _gbps(lambda: dst.copy_(weight), nbytes)  # noqa: B023 - called before the loop moves on
-        flashrl = _gbps(lambda: patched.linear_quantize(name, weight, profile), nbytes)  # noqa: B023
-        rollout8 = _gbps(lambda: quantmath.apply_entry(weight, entry), nbytes)  # noqa: B023
-        inplace = _gbps(in_place, nbytes)
+        speed = _gbps({
+            "copy": lambda: dst.copy_(weight),  # noqa: B023 - called before the loop moves on
+            "flashrl": lambda: patched.linear_quantize(name, weight, profile),  # noqa: B023
+            "rollout8": lambda: quantmath.apply_entry(weight, entry),  # noqa: B023
+            "inplace": in_place,
+        }, nbytes)
+        copy, flashrl, rollout8, inplace = speed["copy"], speed["flashrl"], speed["rollout8"], speed["inplace"]
         rows += [
             {"name": f"int8 requant {label}", "a_label": "FlashRL (patched)", "a": flashrl,
              "b_label": "bf16 copy", "b": copy, "unit": "GB/s", "note": shipped_note},

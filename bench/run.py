@@ -125,6 +125,7 @@ def machine_info() -> dict:
         "torch": _version("torch"),
         "flash-llm-rl": _version("flash-llm-rl"),
         "commit": commit,
+        "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -146,7 +147,8 @@ def table(rows: list[dict]) -> str:
 def markdown(results: dict) -> str:
     m = results["machine"]
     out = [f"Measured {results['finished']} on {m['cpu']} ({m['cores']} cores, {m['ram_gib']} GiB RAM), "
-           f"Python {m['python']}, torch {m['torch']}, flash-llm-rl {m['flash-llm-rl']}, commit {m['commit']}.", "",
+           f"Python {m['python']}, torch {m['torch']}, flash-llm-rl {m['flash-llm-rl']}, commit {m['commit']}, "
+           f"load average {m.get('load_average_1m')} at the start.", "",
            "| benchmark | a | b | a/b |", "|---|---|---|---|"]
     for r in results["rows"]:
         out.append(f"| {r['name']} | {r['a_label']}: {_num(r['a'])} {r['unit']} | {r['b_label']}: {_num(r['b'])} "
