@@ -228,6 +228,7 @@ def draw(path: Path, title: str, panels: list[Panel], runs: list[RunLog], notes:
             key = _first_key(run, panel.keys)
             if key:
                 xs, ys = run.series(key)
+                ys = [y if math.isfinite(y) else math.nan for y in ys]  # an inf would wreck the shared y axis
                 ax.plot(xs, ys, color=color, marker="o" if len(xs) < 30 else None, markersize=3,
                         label=f"{run.label} ({run.mode or '?'})")
             dkey = _first_key(run, panel.dashed) if panel.dashed else None
