@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Image entrypoint: load the CANN environment (toolkit and nnal/atb, when present) and run the command.
+# Absent on CPU test images, where this is a plain exec.
+set -e
+for env_file in /usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh; do
+  # shellcheck disable=SC1090
+  if [ -f "$env_file" ]; then set +u; . "$env_file"; fi
+done
+exec "$@"
