@@ -36,6 +36,46 @@ test: venv ## run the whole test suite on this machine (CPU; starts Docker if ne
 test-unit: venv ## fast tests only (no Docker, no cluster, no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+# ---------------------------------------------------------------- image (every version comes from the lock)
+# `rollout8 lock` needs only pyyaml + pydantic: it runs with the system python3, before .venv exists.
+LOCK_CLI = PYTHONPATH=src $(PYTHON) -m rollout8 lock --lock $(LOCK)
+ENGINE ?= docker
+IMAGE ?= $(shell $(LOCK_CLI) --get image)
+IMAGE_TARBALL ?= out/$(subst :,_,$(subst /,_,$(IMAGE))).tar.gz
+comma := ,
+# Optional knobs (none is a version): BASE_IMAGE (a ready CANN image), CA_BUNDLE (PEM file, passed as a BuildKit
+# secret, never in a layer), PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / PIP_TRUSTED_HOST / TORCH_INDEX_URL (mirrors),
+# HTTP_PROXY / HTTPS_PROXY / NO_PROXY (taken from the environment), ALLOW_UNVERIFIED_CANN=1, PLATFORM=linux/arm64.
+IMAGE_OPTS = $(foreach v,BASE_IMAGE PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST TORCH_INDEX_URL \
+  ALLOW_UNVERIFIED_CANN HTTP_PROXY HTTPS_PROXY NO_PROXY,$(if $($(v)),--build-arg=$(v)=$($(v)))) \
+  $(if $(CA_BUNDLE),--secret id=ca_bundle$(comma)src=$(CA_BUNDLE)) $(if $(PLATFORM),--platform=$(PLATFORM)) \
+  $(if $(filter podman,$(notdir $(ENGINE))),--format docker)
+SMOKE_RUN_FLAGS ?=
+
+.PHONY: lock-check
+lock-check: ## validate versions.lock.yaml (full commit ids, exact versions, sha256 slots)
+	$(LOCK_CLI) --check
+
+.PHONY: versions-table
+versions-table: ## regenerate README.md's version table from the lock
+	$(LOCK_CLI) --update-readme README.md
+
+.PHONY: image
+image: lock-check ## build the pinned image (BuildKit; CANN installers in docker/cann/ or BASE_IMAGE=...)
+	DOCKER_BUILDKIT=1 $(ENGINE) build -f docker/Dockerfile $(shell $(LOCK_CLI) --build-args) $(strip $(IMAGE_OPTS)) -t $(IMAGE) .
+
+.PHONY: image-save
+image-save: ## write the image as out/<image>.tar.gz plus .sha256, for air-gapped nodes
+	mkdir -p $(dir $(IMAGE_TARBALL))
+	set -o pipefail; $(ENGINE) save $(IMAGE) | gzip -1 > $(IMAGE_TARBALL).part
+	mv $(IMAGE_TARBALL).part $(IMAGE_TARBALL)
+	cd $(dir $(IMAGE_TARBALL)) && sha256sum $(notdir $(IMAGE_TARBALL)) > $(notdir $(IMAGE_TARBALL)).sha256
+	@echo "on each node: sha256sum -c $(notdir $(IMAGE_TARBALL)).sha256 && docker load -i $(notdir $(IMAGE_TARBALL))"
+
+.PHONY: smoke
+smoke: ## run tests/smoke inside the built image (add the NPU device flags in SMOKE_RUN_FLAGS on an Atlas node)
+	$(ENGINE) run --rm $(SMOKE_RUN_FLAGS) $(IMAGE) python3 -m pytest -p no:cacheprovider -q -rs /opt/rollout8/tests/smoke
+
 .PHONY: patches-check
 patches-check: venv ## patches apply once to the pinned upstream files (PyPI wheels) and the patched FlashRL works on CPU
 	$(PY) -m pytest tests/unit/test_patches.py tests/unit/test_flashrl_patched.py tests/unit/test_activate.py $(PYTEST_ARGS)

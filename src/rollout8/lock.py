@@ -9,7 +9,8 @@ versions, sha256 slots empty or 64 hex, ...) with errors that name the field, an
 - `--markdown`: the README's version table,
 - `--constraints`: the pip constraints file the image build installs under,
 - `--json`: the whole lock plus the derived values,
-- `--get KEY`: one derived value (`image`, `digest`, or any build-arg KEY).
+- `--get KEY`: one derived value (`image`, `digest`, or any build-arg KEY),
+- `--update-readme FILE`: rewrite the table between the README's `<!-- versions:begin/end -->` markers.
 
 It needs only pyyaml and pydantic, so the Makefile can run it with the system python3 before .venv exists:
 `PYTHONPATH=src python3 -m rollout8 lock --build-args`.
@@ -311,6 +312,31 @@ def format_env(lock: Lock) -> str:
     return "\n".join(f"{k}={shlex.quote(v)}" for k, v in lock.build_args().items())
 
 
+README_BEGIN = "<!-- versions:begin -->"
+README_END = "<!-- versions:end -->"
+
+
+def readme_block(text: str, path: Path | str = "README.md") -> str:
+    """The text between the README's version markers (without the marker lines)."""
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        raise LockError(f"{path}: markers {README_BEGIN} / {README_END} not found (in this order)")
+    return text[begin + len(README_BEGIN):end].strip("\n")
+
+
+def update_readme(lock: Lock, path: Path) -> bool:
+    """Rewrite the version table between the markers; True if the file changed."""
+    text = path.read_text()
+    readme_block(text, path)  # validates the markers
+    begin = text.find(README_BEGIN) + len(README_BEGIN)
+    end = text.find(README_END)
+    new = text[:begin] + "\n" + format_markdown(lock) + "\n" + text[end:]
+    if new == text:
+        return False
+    path.write_text(new)
+    return True
+
+
 def get_value(lock: Lock, key: str) -> str:
     if key == "image":
         return lock.image_ref()
@@ -332,6 +358,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="print the lock and its derived values as JSON")
     fmt.add_argument("--get", metavar="KEY", help="print one value: image, digest, or a build-arg key")
     fmt.add_argument("--check", action="store_true", help="only validate (exit 0 and print one line if valid)")
+    fmt.add_argument("--update-readme", metavar="FILE", type=Path,
+                     help=f"rewrite the version table between {README_BEGIN} and {README_END} in FILE")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -350,6 +378,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     elif args.get:
         print(get_value(lock, args.get))
+    elif args.update_readme:
+        changed = update_readme(lock, args.update_readme)
+        print(f"{args.update_readme}: version table {'updated' if changed else 'already up to date'}")
     elif args.check:
         print(f"{args.lock or lock_path()}: valid (digest {lock.digest()[:12]})")
     else:
