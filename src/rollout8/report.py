@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Rollout8Error
-from .verl_logs import RunLog, load_run
+from .verl_logs import RunLog, load_run, mode_from_config, read_manifest
 
 VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>[^/]+)/mean@(?P<n>\d+)$")
 VAL_LEGACY = re.compile(r"^val/test_score/(?P<source>.+)$")
@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="label of the n-th run (repeat, in order); default: its directory or file name")
     parser.add_argument("--mode", action="append", default=[], metavar="MODE",
                         help="rollout mode of the n-th run (bf16, int8, hybrid); default: from its config files")
+    parser.add_argument("--config", action="append", default=[], type=Path, metavar="FILE",
+                        help="the n-th run's rendered manifest (render.json, rollout8-plan.json), FlashRL YAML or run "
+                             "spec: its rollout mode (and a manifest's name as the label)")
     parser.add_argument("--baseline", metavar="LABEL",
                         help="the run speed-ups are measured against; default: the first bf16 run, else the first")
     parser.add_argument("--skip-first", type=int, default=1, metavar="N",
@@ -372,18 +375,29 @@ window.addEventListener("load", function () {{
 # ---------------------------------------------------------------------------------------------- command
 def build(run_paths: list[Path], out: Path, labels: list[str] | None = None, modes: list[str] | None = None,
           baseline_label: str | None = None, skip_first: int = 1,
-          title: str = "rollout8: bf16 vs int8 rollout") -> dict:
+          title: str = "rollout8: bf16 vs int8 rollout", configs: list[Path] | None = None) -> dict:
     """Read the runs, write report.html, the PNGs and summary.json into `out`; return the summary."""
-    labels, modes = labels or [], modes or []
-    if len(labels) > len(run_paths):
-        raise Rollout8Error(f"{len(labels)} --label values for {len(run_paths)} runs: give at most one per run")
-    if len(modes) > len(run_paths):
-        raise Rollout8Error(f"{len(modes)} --mode values for {len(run_paths)} runs: give at most one per run")
+    labels, modes, configs = labels or [], modes or [], configs or []
+    for option, values in (("--label", labels), ("--mode", modes), ("--config", configs)):
+        if len(values) > len(run_paths):
+            raise Rollout8Error(f"{len(values)} {option} values for {len(run_paths)} runs: give at most one per run")
     runs = []
     for i, path in enumerate(run_paths):
         if not path.exists():
             raise Rollout8Error(f"run {path}: no such file or directory")
-        run = load_run(path, labels[i] if i < len(labels) else None)
+        label = labels[i] if i < len(labels) else None
+        config_mode = None
+        if i < len(configs):
+            config_mode = mode_from_config(configs[i]) if configs[i].is_file() else None
+            if config_mode is None:
+                raise Rollout8Error(f"--config {configs[i]}: not a rollout8 render/plan manifest, FlashRL config or "
+                                    "run spec (or missing)")
+            manifest = read_manifest(configs[i]) if configs[i].suffix == ".json" else None
+            if label is None and manifest and isinstance(manifest.get("name"), str):
+                label = manifest["name"]
+        run = load_run(path, label)
+        if config_mode:
+            run.mode, run.mode_source = config_mode
         if i < len(modes):
             run.mode, run.mode_source = modes[i], "--mode"
         if not run.steps:
@@ -435,7 +449,8 @@ def _nan_to_none(obj):
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = build(args.runs, args.out, args.label, args.mode, args.baseline, args.skip_first, args.title)
+    summary = build(args.runs, args.out, args.label, args.mode, args.baseline, args.skip_first, args.title,
+                    args.config)
     for row in summary["runs"]:
         st = row["step_time"]
         sp = (st or {}).get("speedup")

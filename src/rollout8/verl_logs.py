@@ -224,8 +224,11 @@ def _mode_from_yaml(path: Path) -> tuple[str, str] | None:
     return None
 
 
-def _mode_from_render_json(path: Path) -> tuple[str, str] | None:
-    """(mode, why) from `rollout8 render`'s manifest (render.json: {"schema": 1, "quantization": ...})."""
+MANIFESTS = ("render.json", "rollout8-plan.json")  # `rollout8 render` and `rollout8 plan` outputs
+
+
+def read_manifest(path: Path) -> dict | None:
+    """A rollout8 render/plan manifest ({"schema": 1, "name": ..., "quantization": ...}), or None."""
     try:
         if path.stat().st_size > 5_000_000:
             return None
@@ -233,7 +236,17 @@ def _mode_from_render_json(path: Path) -> tuple[str, str] | None:
     except (OSError, json.JSONDecodeError):
         return None
     if isinstance(data, dict) and "schema" in data and isinstance(data.get("quantization"), str):
-        return data["quantization"], f"rendered manifest {path.name}"
+        return data
+    return None
+
+
+def mode_from_config(path: Path) -> tuple[str, str] | None:
+    """(mode, why) from a rendered manifest, a FlashRL config or a run spec; None if `path` is none of them."""
+    if path.suffix == ".json":
+        data = read_manifest(path)
+        return (data["quantization"], f"rendered manifest {path.name}") if data else None
+    if path.suffix in (".yaml", ".yml"):
+        return _mode_from_yaml(path)
     return None
 
 
@@ -272,8 +285,8 @@ def load_run(path: Path, label: str | None = None) -> RunLog:
             skipped_workers += 1
             read_console(run, file, metrics=False)  # FlashRL's per-rank lines are only there
             continue
-        if name == "render.json":
-            found = _mode_from_render_json(file)
+        if name in MANIFESTS:
+            found = mode_from_config(file)
             if found:
                 modes.insert(0, found)  # the rendered manifest is the most direct statement of the mode
             continue

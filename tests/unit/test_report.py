@@ -203,6 +203,25 @@ def test_mode_from_rendered_manifest_flashrl_config_or_run_spec(tmp_path):
         assert (run.mode, run.mode_source) == expected, name
 
 
+def test_config_option_gives_mode_and_label_as_the_verify_play_calls_it(tmp_path, capsys):
+    """`rollout8 report JOB_LOGS --config PLAN_DIR/rollout8-plan.json -o JOB_LOGS/report` (one run: no speed-up)."""
+    job = tmp_path / "logs" / "rollout8-qwen-int8-0123456789ab"
+    write_run(job, factor=0.8, steps=3, accs={0: 0.5, 3: 0.6}, jsonl=False)
+    (job / "train.log").rename(job / "driver.log")
+    plan = tmp_path / "plan" / "rollout8-plan.json"
+    plan.parent.mkdir()
+    plan.write_text(json.dumps({"schema": 1, "name": "qwen2.5-7b-int8-gsm8k", "quantization": "int8",
+                                "job_id": "rollout8-qwen-int8-0123456789ab"}))
+    out = job / "report"
+    assert cli.main(["report", str(job), "--config", str(plan), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "qwen2.5-7b-int8-gsm8k (int8): 3 steps, final val 0.6 (best 0.6)" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"][0]["step_time"].get("speedup") is None
+    # a second call on the same directory ignores the report it wrote (no log files in it)
+    assert cli.main(["report", str(job), "--config", str(plan), "-o", str(out)]) == 0
+
+
 # ---------------------------------------------------------------------------------------------- summary
 def test_speedup_ratio_and_interval():
     base = {s: 10.0 + (s % 2) for s in range(1, 21)}
@@ -289,6 +308,9 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "missing"), "-o", str(tmp_path / "o")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
     write_run(tmp_path / "r", factor=1.0, steps=2, accs={})
+    bad_config = ["--config", str(empty / "driver.log")]
+    assert cli.main(["report", str(tmp_path / "r"), "-o", str(tmp_path / "o"), *bad_config]) == 2
+    assert "--config" in capsys.readouterr().err
     assert cli.main(["report", str(tmp_path / "r"), "-o", str(tmp_path / "o"), "--baseline", "nope"]) == 2
     assert "--baseline nope: no run has that label" in capsys.readouterr().err
     assert cli.main(["report", str(tmp_path / "r"), "-o", str(tmp_path / "o")]) == 0
