@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from rollout8.npu_accept import NEEDS_NPU, StepResult, format_report, npu_absent_reason
+from rollout8.npu_accept import NEEDS_NPU, format_report, npu_absent_reason
 
 HERE = Path(__file__).resolve().parent
-ENGINE_TIMEOUT_S = int(os.environ.get("ROLLOUT8_ENGINE_TIMEOUT", "1800"))
-RESULTS: dict[str, StepResult] = {}
+sys.path.insert(0, str(HERE))
+
+from npu_support import INT8_STEPS, RESULTS, STEP_ORDER, EngineRun, rollout8_ok, run_engine  # noqa: E402
 
 
 def _cann_pin() -> str:
@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not RESULTS:
         return
-    ordered = [RESULTS[s] for s in ("environment", "loading", "reload", "logs", "speed") if s in RESULTS]
+    ordered = [RESULTS[s] for s in STEP_ORDER if s in RESULTS]
     text = format_report(ordered)
     terminalreporter.section("NPU acceptance")
     for r in ordered:
@@ -64,22 +64,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     work = os.environ.get("ROLLOUT8_ACCEPT_WORK_RESOLVED")
     if work:
         Path(work, "acceptance.txt").write_text(text + "\n")
-
-
-def record(step: StepResult) -> StepResult:
-    RESULTS[step.step] = step
-    return step
-
-
-def rollout8(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rollout8", *args], capture_output=True, text=True, timeout=3600)
-
-
-def rollout8_ok(*args: str) -> str:
-    proc = rollout8(*args)
-    if proc.returncode != 0:
-        raise AssertionError(f"rollout8 {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
 
 
 @dataclass
@@ -125,38 +109,6 @@ def models(work) -> AcceptModels:
     return AcceptModels(bf16_dir, int8_dir, profile_path, layers)
 
 
-@dataclass
-class EngineRun:
-    out: Path
-    log: Path
-    stdout: str
-
-    @property
-    def steps(self) -> dict:
-        path = self.out / "results.json"
-        return json.loads(path.read_text())["steps"] if path.is_file() else {}
-
-    def step(self, label: str) -> dict:
-        return self.steps.get(label, {"ok": False, "error": f"step {label!r} did not run; engine output tail:\n"
-                                                              f"{self.stdout[-2000:]}"})
-
-
-def run_engine(out: Path, *, model: Path, flashrl_config: Path, steps: list[str], **spec_fields) -> EngineRun:
-    sys.path.insert(0, str(HERE.parent / "engine"))
-    from engine_platform import engine_env
-
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "flashrl.log"
-    log.unlink(missing_ok=True)
-    spec = {"out": str(out), "model": str(model), "steps": steps, **spec_fields}
-    (out / "spec.json").write_text(json.dumps(spec, indent=2))
-    env = engine_env(rank=0, world_size=1, flashrl_config=flashrl_config, log_file=log)
-    proc = subprocess.run([sys.executable, str(HERE / "npu_worker.py"), str(out / "spec.json")], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=ENGINE_TIMEOUT_S)
-    (out / "engine.out").write_text(proc.stdout)
-    return EngineRun(out, log, proc.stdout)
-
-
 @pytest.fixture(scope="session")
 def int8_config(models, work) -> Path:
     out = work / "flashrl-int8.yaml"
@@ -169,9 +121,6 @@ def bf16_config(models, work) -> Path:
     out = work / "flashrl-bf16.yaml"
     rollout8_ok("setup", "--fn", "bf16", "-b", str(models.bf16), "-o", str(out))
     return out
-
-
-INT8_STEPS = ["generate:gen0", "reload:reload1", "generate:gen1", "dump-int8:int8_after_reload", "speed:speed"]
 
 
 @pytest.fixture(scope="session")

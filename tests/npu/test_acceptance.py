@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import record, rollout8
+from npu_support import record, rollout8
 
 from rollout8 import npu_accept, quantmath
 from rollout8.checkpoint import Checkpoint

@@ -1,0 +1,75 @@
+"""The parent side of the NPU acceptance suite: engine processes (npu_worker.py), the CLI, the step registry.
+
+A module of its own (not conftest.py), so test modules import it by a name no other test directory uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollout8.npu_accept import StepResult
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "engine"))  # engine_platform: the engine tier's environment of one rank
+
+ENGINE_TIMEOUT_S = int(os.environ.get("ROLLOUT8_ENGINE_TIMEOUT", "1800"))
+# The int8 engine's steps: generate, one FlashRL weight update, generate, read the int8 weights back, timing.
+INT8_STEPS = ["generate:gen0", "reload:reload1", "generate:gen1", "dump-int8:int8_after_reload", "speed:speed"]
+STEP_ORDER = ("environment", "loading", "reload", "logs", "speed")
+RESULTS: dict[str, StepResult] = {}  # step -> its PASS/FAIL line, printed at the end of the session
+
+
+def record(step: StepResult) -> StepResult:
+    RESULTS[step.step] = step
+    return step
+
+
+def rollout8(*args: str) -> subprocess.CompletedProcess:
+    """The real CLI, as a user runs it, in this interpreter."""
+    return subprocess.run([sys.executable, "-m", "rollout8", *args], capture_output=True, text=True, timeout=3600)
+
+
+def rollout8_ok(*args: str) -> str:
+    proc = rollout8(*args)
+    if proc.returncode != 0:
+        raise AssertionError(f"rollout8 {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+@dataclass
+class EngineRun:
+    """What one worker process did: OUT/results.json, its tensors and FlashRL's log."""
+
+    out: Path
+    log: Path
+    stdout: str
+
+    @property
+    def steps(self) -> dict:
+        path = self.out / "results.json"
+        return json.loads(path.read_text())["steps"] if path.is_file() else {}
+
+    def step(self, label: str) -> dict:
+        return self.steps.get(label, {"ok": False, "error": f"step {label!r} did not run; engine output tail:\n"
+                                                              f"{self.stdout[-2000:]}"})
+
+
+def run_engine(out: Path, *, model: Path, flashrl_config: Path, steps: list[str], **spec_fields) -> EngineRun:
+    """Run this file as a fresh engine process, with the engine tier's environment for one rollout rank."""
+    from engine_platform import engine_env
+
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "flashrl.log"
+    log.unlink(missing_ok=True)
+    spec = {"out": str(out), "model": str(model), "steps": steps, **spec_fields}
+    (out / "spec.json").write_text(json.dumps(spec, indent=2))
+    env = engine_env(rank=0, world_size=1, flashrl_config=flashrl_config, log_file=log)
+    proc = subprocess.run([sys.executable, str(HERE / "npu_worker.py"), str(out / "spec.json")], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=ENGINE_TIMEOUT_S)
+    (out / "engine.out").write_text(proc.stdout)
+    return EngineRun(out, log, proc.stdout)
