@@ -75,7 +75,9 @@ PRESETS: dict[str, ModelShape] = {
     "tiny-engine": ModelShape(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, intermediate_size=512),
     "untied": ModelShape(tie_word_embeddings=False),
     "mha": ModelShape(num_attention_heads=4, num_key_value_heads=4, mlp_smoothing=True),
-    "deep": ModelShape(hidden_size=256, num_hidden_layers=16, intermediate_size=768),
+    # For the memory test: 16 layers of 3.9M parameters (about 190 MB of bf16 + int8); override the depth.
+    "deep": ModelShape(hidden_size=512, num_hidden_layers=16, num_attention_heads=8, num_key_value_heads=4,
+                       intermediate_size=2048),
     # Qwen2.5-0.5B's shape (494M parameters).
     "bench-0.5b": ModelShape(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                              intermediate_size=4864, vocab_size=151936),
