@@ -82,23 +82,23 @@ def test_console_line_parsing_handles_ray_prefix_numpy_reprs_and_special_values(
     assert parse_console_line("Training Progress: 10%|#  | 1/10") is None
 
 
-def test_hand_written_console_format_is_verls(tmp_path, capsys):
-    root = verl_source()
+@pytest.fixture(scope="module")
+def verl_tree(tmp_path_factory):
+    root, why = verl_source(tmp_path_factory.mktemp("verl-src"))
     if root is None:
-        pytest.skip("no verl source tree (install verl, set ROLLOUT8_VERL_SRC, or unpack the verl 0.6.1 wheel "
-                    "into .cache/report/verl) to compare the hand-written format with verl's LocalLogger")
-    local_logger, _ = verl_loggers(root)
+        pytest.skip(f"no verl source to run verl's own loggers ({why}); set ROLLOUT8_VERL_SRC to a verl checkout")
+    return root
+
+
+def test_hand_written_console_format_is_verls(verl_tree, capsys):
+    local_logger, _ = verl_loggers(verl_tree)
     data = _np(train_metrics(2, 9.5, 0.6)) | {"name": "x"}
     local_logger(print_to_console=True).log(data=data, step=2)
     assert capsys.readouterr().out == console_line(data, 2) + "\n"
 
 
-def test_real_verl_loggers_round_trip(tmp_path, monkeypatch):
-    root = verl_source()
-    if root is None:
-        pytest.skip("no verl source tree (install verl, set ROLLOUT8_VERL_SRC, or unpack the verl 0.6.1 wheel "
-                    "into .cache/report/verl): verl's own LocalLogger/FileLogger cannot run here")
-    local_logger, file_logger = verl_loggers(root)
+def test_real_verl_loggers_round_trip(verl_tree, tmp_path, monkeypatch):
+    local_logger, file_logger = verl_loggers(verl_tree)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(run_dir / "exp.jsonl"))

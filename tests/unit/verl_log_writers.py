@@ -2,8 +2,10 @@
 
 Two ways, checked against each other in test_report.py:
 - `verl_loggers()`: verl's own LocalLogger (console) and FileLogger (JSONL) classes, loaded by file path from a verl
-  source tree (verl/__init__.py imports ray, so the package itself is not imported) when one is available:
-  $ROLLOUT8_VERL_SRC, an installed `verl`, or the unpacked wheel in .cache/report/verl.
+  source tree (verl/__init__.py imports ray, so the package itself is not imported): $ROLLOUT8_VERL_SRC, an
+  installed `verl`, else the verl 0.6.1 wheel from the shared wheel cache (upstream_wheels.py), whose
+  verl/utils/tracking.py, verl/utils/logger/aggregate_logger.py and verl/trainer/ppo/metric_utils.py are
+  byte-identical to those at the verl pin 51d2104.
 - `ConsoleWriter` / `JsonlWriter`: the same formats written by hand from verl's code at the pin (51d2104, identical in
   v0.6.1): console `"step:{step}" + "".join(f" - {k}:{pprint.pformat(v)}" for numeric v)`, JSONL
   `json.dumps({"step": step, "data": data})` per line.
@@ -17,8 +19,6 @@ import numbers
 import os
 import pprint
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def console_line(data: dict, step: int) -> str:
@@ -55,20 +55,30 @@ class JsonlWriter:
         self.fh.close()
 
 
-def verl_source() -> Path | None:
+def _is_verl_tree(root: Path) -> bool:
+    return (root / "verl" / "utils" / "tracking.py").is_file() and (
+        root / "verl" / "utils" / "logger" / "aggregate_logger.py").is_file()
+
+
+def verl_source(scratch: Path) -> tuple[Path | None, str]:
+    """(a directory containing verl/, or None) and why not."""
     candidates = []
     if os.environ.get("ROLLOUT8_VERL_SRC"):
         candidates.append(Path(os.environ["ROLLOUT8_VERL_SRC"]))
     spec = importlib.util.find_spec("verl")  # does not execute verl/__init__.py
     if spec is not None and spec.origin:
         candidates.append(Path(spec.origin).parent.parent)
-    candidates.append(REPO / ".cache" / "report" / "verl")
     for root in candidates:
-        if (root / "verl" / "utils" / "tracking.py").is_file() and (
-            root / "verl" / "utils" / "logger" / "aggregate_logger.py"
-        ).is_file():
-            return root
-    return None
+        if _is_verl_tree(root):
+            return root, ""
+    import upstream_wheels as uw
+
+    try:
+        whl = uw.wheel("verl", uw.VERL_STAND_IN_VERSION)
+    except RuntimeError as exc:
+        return None, str(exc).splitlines()[0]
+    root = uw.unpack(whl, scratch, "verl")
+    return (root, "") if _is_verl_tree(root) else (None, f"{whl.name} has no verl/utils/tracking.py")
 
 
 def _load(path: Path, name: str):
