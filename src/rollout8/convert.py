@@ -29,7 +29,8 @@ What vllm-ascend 7e16b4a7cdb15723c63c1c0efe58672a056eace8 reads (from its source
   pertoken_scale, bias)``: ``weight_offset`` is never read (zeros here). ``process_weights_after_loading``
   transposes the weight to [in, out], casts it to the NZ format (29), flattens scale and offset and adds
   ``weight_scale_fp32``.
-- ``tests/e2e/singlecard/test_quantization.py`` loads such a Qwen2.5 model with ``quantization="ascend"``.
+- ``tests/e2e/singlecard/test_quantization.py`` loads an msModelSlim Qwen2.5 W8A8 model the same way, with
+  ``quantization="ascend"`` (no quantization_config in its config.json).
 
 What this command writes (OUT_DIR)
 - safetensors shards named like the source's (plus ``model.safetensors.index.json`` when sharded): for each
@@ -203,6 +204,11 @@ def convert_to_ascend(int8_dir: str | Path, out_dir: str | Path, *, round_scales
             raise ModelError(f"{out}: exists and is not a conversion of {src}; remove it or pass --force")
 
     quantized = sorted(model.linears)
+    heads = [p for p in quantized if p.rpartition(".")[2] in ("lm_head", "embed_tokens")]
+    if heads:
+        raise ModelError(f"{where}: {heads[0]} is int8; FlashRL's profile never requantizes lm_head or the "
+                         f"embeddings, so a weight sync would load bf16 values into it. Use a W8A8 checkpoint with "
+                         f"them in quantization_config.ignore")
     linear_like = _linear_like_prefixes(ckpt.names())
     check_fused_consistency(set(quantized), linear_like | set(quantized), where)
 

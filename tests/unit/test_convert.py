@@ -251,6 +251,20 @@ def test_nonzero_zero_point_is_refused(pairs, tmp_path):
         convert_to_ascend(model, tmp_path / "out", progress=None)
 
 
+def test_int8_lm_head_is_refused(pairs, tmp_path):
+    model = _writable_copy(pairs["untied"].int8, tmp_path / "src")
+
+    def quantize_head(tensors):
+        head = tensors.pop("lm_head.weight").float()
+        scale = head.abs().amax(dim=1, keepdim=True) / 127
+        tensors["lm_head.weight"] = torch.round(head / scale).to(torch.int8)
+        tensors["lm_head.weight_scale"] = scale.to(torch.bfloat16)
+
+    _rewrite_tensors(model, quantize_head)
+    with pytest.raises(ModelError, match="lm_head is int8; FlashRL's profile never requantizes lm_head"):
+        convert_to_ascend(model, tmp_path / "out", progress=None)
+
+
 def test_mismatch_is_reported_by_the_comparison(pairs, converted, tmp_path):
     broken = _writable_copy(converted["tiny"], tmp_path / "broken")
     name = "model.layers.1.mlp.up_proj.weight_scale"
