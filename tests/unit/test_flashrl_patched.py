@@ -155,11 +155,13 @@ def _reload_setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     return config, model_dir, tmp_path / "weights.pt"
 
 
-def _run_reload(site: Path, tmp_path: Path, device: str, expect_ok: bool = True) -> tuple[dict, str]:
+def _run_reload(site: Path, tmp_path: Path, device: str, expect_ok: bool = True, **extra_env: str) -> tuple[dict, str]:
     config, model_dir, weights = _reload_setup(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLASHRL_", "VLLM_"))}
     env.update(PYTHONPATH=os.pathsep.join([str(site), str(FIXTURES / "vllm_standin")]), FLASHRL_CONFIG=str(config),
                FLASHRL_LOGGING_LEVEL="DEBUG", RANK="0", WORLD_SIZE="1", HOME=str(tmp_path), HF_HUB_OFFLINE="1")
+    env.pop("ROLLOUT8_FLASHRL_HOST_RELOAD", None)
+    env.update(extra_env)
     done = subprocess.run([sys.executable, str(FIXTURES / "flashrl_reload_probe.py"), str(model_dir), str(weights),
                            device], capture_output=True, text=True, env=env, timeout=300, check=False)
     if not expect_ok:
@@ -188,6 +190,13 @@ def test_unpatched_reload_goes_through_host_memory(flashrl, tmp_path):
     _, log = _run_reload(flashrl(QUANT), tmp_path, "meta", expect_ok=False)
     assert "Successfully patched the load_weights function of vllm" in log
     assert "existing_params[name].data = torch.empty(shape, dtype=dtype)" in log
+    assert "incompatible tensor type" in log
+
+
+@pytest.mark.slow
+def test_host_reload_switch_restores_upstream_allocation(flashrl, tmp_path):
+    """ROLLOUT8_FLASHRL_HOST_RELOAD=1 (the patch header's escape hatch when the device copy does not fit)."""
+    _, log = _run_reload(flashrl(QUANT, RELOAD), tmp_path, "meta", expect_ok=False, ROLLOUT8_FLASHRL_HOST_RELOAD="1")
     assert "incompatible tensor type" in log
 
 
