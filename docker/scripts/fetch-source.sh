@@ -8,7 +8,7 @@ if ! [[ $commit =~ ^[0-9a-f]{40}$ ]]; then
   echo "fetch-source: $name: '$commit' is not a full 40-hex commit id (fix versions.lock.yaml, git.$name.commit)" >&2
   exit 1
 fi
-dest=/src/$name
+dest=${SRC_ROOT:-/src}/$name
 rm -rf "$dest"
 if [ "$mode" = full ]; then
   git clone --quiet "$url" "$dest"
