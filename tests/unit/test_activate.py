@@ -18,7 +18,7 @@ import upstream_wheels as uw
 import yaml
 
 from rollout8 import patches
-from rollout8.activate import MARKER
+from rollout8.flashrl_activation import MARKER
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -121,3 +121,9 @@ def test_on_npu_transfer_to_npu_is_imported():
     assert done.stdout.split() == ["True", "True"]
     [line] = _marker_lines(done.stderr)
     assert "transfer_to_npu=imported" in line
+
+
+def test_the_logic_module_has_no_import_side_effect():
+    done = _python("import rollout8.flashrl_activation", {"FLASHRL_CONFIG": "relative.yaml"})
+    assert done.returncode == 0, done.stderr
+    assert not _marker_lines(done.stderr)
