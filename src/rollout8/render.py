@@ -84,7 +84,7 @@ def build_env(spec: RunSpec) -> tuple[dict[str, str], dict[str, str]]:
                             ("HCCL_NPU_SOCKET_PORT_RANGE", net.hccl_npu_socket_port_range)):
             if value is not None:
                 env[name] = str(value)
-        per_node["HCCL_IF_IP"] = "the node's IPv4 address on cluster.network.nic (set per host by Ansible)"
+        per_node["HCCL_IF_IP"] = "the node's IPv4 address on cluster.network.nic"
     if net.nic:
         if spec.cluster.accelerator == "npu":
             env["HCCL_SOCKET_IFNAME"] = net.nic

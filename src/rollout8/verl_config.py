@@ -211,6 +211,11 @@ def hydra_problems(overrides: list[Override], config_dir: Path) -> dict[str, str
 
     problems: dict[str, str] = {}
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        try:  # one composition of all of them first: the common case costs one compose, not one per key
+            compose(config_name="ppo_trainer", overrides=[o.arg() for o in overrides])
+            return problems
+        except Exception:  # noqa: BLE001 (then find which ones, one by one)
+            pass
         for override in overrides:
             try:
                 compose(config_name="ppo_trainer", overrides=[override.arg()])

@@ -319,3 +319,23 @@ def test_explain_lists_every_field_and_rule(capsys):
     for text in ("model.int8", "rollout.hybrid.bf16", "cluster.network.nic", "deploy.shared_storage",
                  "[profile]", "[hybrid-mix]"):
         assert text in out
+
+
+@pytest.mark.skipif(not __import__("rollout8.verl_config").verl_config.hydra_available(),
+                    reason="hydra-core is not installed")
+def test_verl_keys_checked_by_hydra_when_verl_is_installed(raw, run_dir, tmp_path, monkeypatch):
+    """With verl importable, hydra composes its config with each override (verl 0.6.1's tree stands in)."""
+    from upstream_wheels import VERL_STAND_IN_VERSION, unpack, wheel
+
+    from rollout8 import verl_config
+
+    unpack(wheel("verl", VERL_STAND_IN_VERSION), tmp_path, "verl")
+    config_dir = tmp_path / "verl" / "trainer" / "config"
+    monkeypatch.setattr(verl_config, "installed_config_dir", lambda: config_dir)
+    assert errors(raw, run_dir, "verl-key") == []
+    raw["verl"]["trainer.n_gpu_per_node"] = 8
+    raw["verl"]["+trainer.total_epochs"] = 1
+    errs = {e.field: e.message for e in errors(raw, run_dir, "verl-key")}
+    assert set(errs) == {"verl.trainer.n_gpu_per_node", "verl.+trainer.total_epochs"}
+    assert str(config_dir) in errs["verl.trainer.n_gpu_per_node"]
+    assert "did you mean trainer.n_gpus_per_node?" in errs["verl.trainer.n_gpu_per_node"]

@@ -1,0 +1,191 @@
+"""`rollout8 render`: golden files for every shipped run spec, determinism, and what the launch really gets.
+
+Regenerate the golden files after an intended change (then review the diff):
+    ROLLOUT8_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_render.py -k golden
+Each shipped spec is copied to DIR/configs/runs/ first, so its relative paths (tiny-cpu) point into DIR where
+nothing exists; DIR is written as <DIR> in the golden files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollout8 import verl_config
+from rollout8.cli import main
+from rollout8.render import FLASHRL_FILE, MANIFEST_FILE, render_spec, write_outputs
+from rollout8.runspec import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = sorted((REPO / "configs" / "runs").glob("*.yaml"))
+GOLDEN = Path(__file__).resolve().parent / "golden" / "render"
+OUTPUTS = ("flashrl.yaml", "rollout8.env", "launch.sh", "render.json")
+
+
+def render_copy(spec: Path, base: Path, out: Path) -> dict[str, str]:
+    runs = base / "configs" / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    shutil.copy(spec, runs / spec.name)
+    write_outputs(render_spec(load_spec(runs / spec.name)), out)
+    return {name: (out / name).read_text().replace(str(base), "<DIR>") for name in OUTPUTS if (out / name).exists()}
+
+
+def test_every_shipped_spec_is_covered():
+    assert {p.stem for p in SPECS} == {"qwen2.5-7b-int8-gsm8k", "qwen2.5-7b-bf16-gsm8k", "qwen2.5-7b-int8-dapo",
+                                       "qwen2.5-32b-int8-2node", "tiny-cpu"}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_golden(spec, tmp_path):
+    got = render_copy(spec, tmp_path / "base", tmp_path / "out")
+    golden = GOLDEN / spec.stem
+    if os.environ.get("ROLLOUT8_REGEN_GOLDEN") == "1":
+        shutil.rmtree(golden, ignore_errors=True)
+        golden.mkdir(parents=True)
+        for name, text in got.items():
+            (golden / name).write_text(text)
+    want = {p.name: p.read_text() for p in sorted(golden.iterdir())}
+    assert sorted(got) == sorted(want), "different set of files (regenerate: see the module docstring)"
+    for name in want:
+        assert got[name] == want[name], f"{spec.stem}/{name} differs from the golden file"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_deterministic(spec, tmp_path):
+    first = render_copy(spec, tmp_path / "base", tmp_path / "one")
+    second = render_copy(spec, tmp_path / "base", tmp_path / "two")
+    assert first == second
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_rendered_command_passes_key_validation(spec):
+    """Every override render emits (derived and the spec's own) exists at the verl pin."""
+    rendered = render_spec(load_spec(spec))
+    problems = {o.raw_key: verl_config.key_problem(o) for o in rendered.overrides}
+    assert {k: v for k, v in problems.items() if v} == {}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_shipped_specs_pass_check_but_for_missing_local_artifacts(spec):
+    from rollout8.check import run_checks
+
+    findings = run_checks(load_spec(spec))
+    other = [f.line() for f in findings if f.level != "info" and not (
+        f.rule == "flashrl-paths" and "does not exist here" in f.message)]
+    assert other == []
+
+
+def test_int8_command_and_env():
+    spec = load_spec(REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml")
+    rendered = render_spec(spec)
+    argv = rendered.argv
+    root = "/var/lib/rollout8/runs/qwen2.5-7b-int8-gsm8k"
+    assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
+    for arg in ("actor_rollout_ref.rollout.mode=sync", "actor_rollout_ref.rollout.calculate_log_probs=true",
+                "algorithm.rollout_correction.rollout_is=sequence",
+                "algorithm.rollout_correction.rollout_is_threshold=2.0", "trainer.device=npu", "trainer.nnodes=1",
+                "trainer.n_gpus_per_node=8", f"actor_rollout_ref.model.path={root}/models/bf16",
+                f"data.train_files={root}/data/train.parquet",
+                f"+ray_kwargs.ray_init.runtime_env.env_vars.FLASHRL_CONFIG='{root}/flashrl.yaml'",
+                "+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_V1='1'",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=4", "trainer.logger=[console]"):
+        assert arg in argv
+    assert len({a.split("=")[0] for a in argv[3:]}) == len(argv) - 3  # no key twice
+    env = rendered.env
+    assert env["FLASHRL_CONFIG"] == f"{root}/flashrl.yaml" and env["FLASHRL_LOGGING_LEVEL"] == "DEBUG"
+    assert env["FLASHRL_LMHEAD_FP32"] == "0" and env["VLLM_USE_V1"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] == "1"
+    assert env["HCCL_CONNECT_TIMEOUT"] == "3000" and "HCCL_IF_IP" in rendered.per_node_env
+    [entry] = rendered.flashrl["configs"]
+    assert entry["model"] == f"{root}/models/int8" and entry["profile"] == f"{root}/profile.pt"
+
+
+def test_bf16_baseline_has_no_flashrl(tmp_path):
+    spec = load_spec(REPO / "configs/runs/qwen2.5-7b-bf16-gsm8k.yaml")
+    rendered = render_spec(spec)
+    assert rendered.flashrl is None and not any(k.startswith("FLASHRL") for k in rendered.env)
+    assert "actor_rollout_ref.rollout.mode=sync" in rendered.argv
+    (tmp_path / FLASHRL_FILE).write_text("stale")  # a stale file from an earlier int8 render is removed
+    write_outputs(rendered, tmp_path)
+    assert not (tmp_path / FLASHRL_FILE).exists()
+    manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    assert [a["name"] for a in manifest["artifacts"]] == ["bf16", "train", "val"]
+
+
+def test_network_settings_reach_the_env():
+    rendered = render_spec(load_spec(REPO / "configs/runs/qwen2.5-32b-int8-2node.yaml"))
+    env = rendered.env
+    for key in ("HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+        assert env[key] == "enp189s0f0"
+    assert env["HCCL_HOST_SOCKET_PORT_RANGE"] == "60000-60050" and env["HCCL_EXEC_TIMEOUT"] == "3600"
+    assert "trainer.nnodes=2" in rendered.argv
+
+
+def test_launch_script_runs_the_manifest_command(tmp_path):
+    """launch.sh exports the env and execs exactly the manifest's argv (a python3 stand-in records both)."""
+    write_outputs(render_spec(load_spec(REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml")), tmp_path / "r")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$RECORD.argv"\nenv > "$RECORD.env"\n')
+    (fake / "python3").chmod(0o755)
+    record = tmp_path / "rec"
+    subprocess.run(["bash", str(tmp_path / "r/launch.sh"), "trainer.total_epochs=1"], check=True, timeout=60,
+                   env={"PATH": f"{fake}:/usr/bin:/bin", "RECORD": str(record)})
+    manifest = json.loads((tmp_path / "r/render.json").read_text())
+    argv = record.with_suffix(".argv").read_text().splitlines()
+    assert argv == manifest["command"][1:] + ["trainer.total_epochs=1"]
+    env = dict(line.split("=", 1) for line in record.with_suffix(".env").read_text().splitlines() if "=" in line)
+    assert {k: env[k] for k in manifest["env"]} == manifest["env"]
+    lines = (tmp_path / "r/rollout8.env").read_text().splitlines()
+    assert dict(line.split("=", 1) for line in lines if not line.startswith("#")) == manifest["env"]
+
+
+def test_manifest_checksums_local_artifacts(model_pair, tmp_path):
+    (tmp_path / "data").mkdir()
+    for name in ("train", "val"):
+        (tmp_path / "data" / f"{name}.parquet").write_bytes(name.encode())
+    raw = yaml.safe_load((REPO / "configs/runs/tiny-cpu.yaml").read_text())
+    raw["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(tmp_path / "p.pt"))
+    raw["data"] = {"train": "data/train.parquet", "val": "data/val.parquet"}
+    (tmp_path / "p.pt").write_bytes(b"profile")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
+    write_outputs(render_spec(load_spec(tmp_path / "run.yaml")), tmp_path / "out")
+    manifest = json.loads((tmp_path / "out/render.json").read_text())
+    by_name = {a["name"]: a for a in manifest["artifacts"]}
+    assert by_name["train"]["local"] == str(tmp_path / "data/train.parquet")
+    assert by_name["train"]["sha256"] == hashlib.sha256(b"train").hexdigest()
+    assert by_name["profile"]["node"] == "/var/lib/rollout8/runs/tiny-cpu/profile.pt"
+    files = {f["path"]: f for f in by_name["int8"]["files"]}
+    assert files["config.json"]["sha256"] == hashlib.sha256((model_pair.int8 / "config.json").read_bytes()).hexdigest()
+    flashrl = by_name["flashrl"]
+    assert flashrl["sha256"] == hashlib.sha256((tmp_path / "out/flashrl.yaml").read_bytes()).hexdigest()
+
+
+def test_render_cli_refuses_a_spec_check_refuses(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["render", str(REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml"), "-o", str(out)]) == 1
+    assert "does not exist here" in capsys.readouterr().out and not out.exists()
+    assert main(["render", str(REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml"), "-o", str(out), "--no-check"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)
+
+
+@pytest.mark.skipif(not verl_config.hydra_available(), reason="hydra-core is not installed")
+def test_hydra_composes_the_rendered_overrides(tmp_path):
+    """With hydra and verl 0.6.1's config tree (keys equal the pin's), every rendered override composes."""
+    sys_path = str(tmp_path)
+    from upstream_wheels import VERL_STAND_IN_VERSION, unpack, wheel
+
+    unpack(wheel("verl", VERL_STAND_IN_VERSION), tmp_path, "verl")
+    config_dir = tmp_path / "verl" / "trainer" / "config"
+    for spec in SPECS:
+        rendered = render_spec(load_spec(spec))
+        assert verl_config.hydra_problems(rendered.overrides, config_dir) == {}, spec.name
+    bad = [verl_config.Override("", "actor_rollout_ref.actor.tis_imp_ratio_cap", 2.0)]
+    assert verl_config.hydra_problems(bad, config_dir), sys_path
