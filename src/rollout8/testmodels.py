@@ -409,21 +409,28 @@ def make_pair(out_dir: str | Path, preset: str = "tiny", seed: int = 0, progress
     return pair
 
 
+def _digest(data) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def cache_key(preset: str, seed: int, overrides: dict) -> str:
-    """A key for caching built pairs: changes with the builder's source and the inputs."""
-    source = Path(__file__).read_bytes()
-    blob = json.dumps({"src": hashlib.sha256(source).hexdigest(), "preset": preset, "seed": seed,
-                       "overrides": overrides}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """`<preset>-s<seed>-<inputs digest>-<builder source digest>`: a changed builder gives a new key."""
+    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return f"{preset}-s{seed}-{_digest(overrides)}-{source[:12]}"
 
 
 def cached_pair(cache_dir: str | Path, preset: str = "tiny", seed: int = 0, **overrides) -> ModelPair:
-    """make_pair under `cache_dir/<preset>-<seed>-<key>`, reused across sessions while the builder is unchanged."""
+    """make_pair under `cache_dir/<cache_key>`, reused across sessions while the builder is unchanged; pairs of
+    the same inputs built by an older builder are removed."""
     key = cache_key(preset, seed, overrides)
-    return make_pair(Path(cache_dir) / f"{preset}-s{seed}-{key}", preset=preset, seed=seed, **overrides)
+    root = Path(cache_dir)
+    stem = key.rsplit("-", 1)[0] + "-"
+    if root.is_dir():
+        for old in root.glob(stem + "*"):
+            if old.name != key and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+    return make_pair(root / key, preset=preset, seed=seed, **overrides)
 
-
-# ---------------------------------------------------------------------------------------------------- CLI
 
 def _parse_override(text: str) -> tuple[str, object]:
     if "=" not in text:
