@@ -3,7 +3,8 @@
 # Idempotent: a second run installs nothing new.
 set -euo pipefail
 need=()
-for pkg in docker.io debootstrap iproute2 git make rsync chromium; do
+# podman: builds docker/Dockerfile's bundle stages (BuildKit features) where docker.io has no buildx plugin.
+for pkg in docker.io debootstrap iproute2 git make rsync chromium podman; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
