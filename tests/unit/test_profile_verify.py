@@ -141,3 +141,13 @@ def test_verify_fails_when_the_profile_misses_a_linear(model_pair, profile_file,
     report = verify(model_pair.bf16, model_pair.int8, partial)
     assert not report.passed
     assert [(r.name, r.kind) for r in report.failures] == [("model.layers.1.self_attn.v_proj.weight", "missing")]
+
+
+def test_profile_and_verify_work_on_the_ascend_layout(model_pair, profile_file, tmp_path):
+    """The same int8 model converted to vllm-ascend's W8A8_DYNAMIC layout gives the same profile and passes."""
+    ascend = tmp_path / "ascend"
+    assert cli.main(["convert", "--to", "ascend", str(model_pair.int8), str(ascend)]) == 0
+    assert (ascend / "quant_model_description.json").is_file()
+    assert profile_differences(compute_profile(model_pair.bf16, ascend), torch.load(profile_file),
+                               rtol=0, atol=0) == []
+    assert verify(model_pair.bf16, ascend, profile_file).passed
