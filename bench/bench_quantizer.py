@@ -5,8 +5,9 @@ clamped to [-128, 127]. The work reads the bf16 weight once, so a plain `copy_` 
 memory-bandwidth bound it is measured against. GB/s = bytes of the bf16 weight / seconds (median of REPEAT
 rounds, the contenders interleaved within each round).
 
-- FlashRL: `flash_rl.flash_quantization.linear_quantize` from a copy of the installed flash-llm-rl 1.0.3 package
-  (or an unpacked wheel from $ROLLOUT8_WHEELHOUSE), patched in a scratch directory with
+- FlashRL: `flash_rl.flash_quantization.linear_quantize` from the locked flash-llm-rl wheel (1.0.3) unpacked from
+  the wheel cache (.cache/wheels or $ROLLOUT8_WHEEL_CACHE; else the installed copy of the same files), patched
+  in a scratch directory with
   `rollout8 patches apply --component flash_rl` (as shipped it calls torch.cuda.current_device() and fails on
   CPU; the harness records that error in the row's note).
 - rollout8: `rollout8.quantmath.apply_entry`, the same arithmetic used by profile/verify-quant.
@@ -32,28 +33,39 @@ from pathlib import Path
 SHAPES = [("q_proj 3584x3584", 3584, 3584), ("gate_proj 18944x3584", 18944, 3584)]
 REPEAT = 5
 WARMUP = 1
-FLASHRL_VERSION = "1.0.3"
 
 
-def _flashrl_tree(work_dir: Path) -> Path:
-    """A scratch directory holding flash_rl/ exactly as the 1.0.3 wheel ships it."""
+def _locked_flashrl_version() -> str:
+    import yaml
+
+    from rollout8.paths import lock_path
+
+    return str(yaml.safe_load(lock_path().read_text())["pypi"]["flash-llm-rl"])
+
+
+def _flashrl_tree(work_dir: Path) -> tuple[Path, str]:
+    """A scratch directory holding flash_rl/ exactly as the locked wheel ships it, and where it came from."""
+    from rollout8.paths import repo_root
+
+    version = _locked_flashrl_version()
     target = work_dir / "site"
     target.mkdir()
-    wheelhouse = os.environ.get("ROLLOUT8_WHEELHOUSE")
-    wheels = sorted(Path(wheelhouse).glob(f"flash_llm_rl-{FLASHRL_VERSION}-*.whl")) if wheelhouse else []
+    cache = os.environ.get("ROLLOUT8_WHEEL_CACHE") or (str(repo_root() / ".cache" / "wheels") if repo_root() else "")
+    wheels = sorted(Path(cache).glob(f"flash_llm_rl-{version}-*.whl")) if cache else []
     if wheels:
         with zipfile.ZipFile(wheels[0]) as zf:
-            zf.extractall(target)
-        return target
-    version = importlib.metadata.version("flash-llm-rl")
-    if version != FLASHRL_VERSION:
-        raise RuntimeError(f"flash-llm-rl {version} installed, the bench needs {FLASHRL_VERSION}")
-    for file in importlib.metadata.files("flash-llm-rl"):
+            zf.extractall(target, [m for m in zf.namelist() if m.startswith("flash_rl/")])
+        return target, wheels[0].name
+    installed = importlib.metadata.version("flash-llm-rl")
+    if installed != version:
+        raise RuntimeError(f"flash-llm-rl {installed} installed, the lock pins {version}; put the {version} wheel "
+                           f"into {cache or 'ROLLOUT8_WHEEL_CACHE'}")
+    for file in importlib.metadata.files("flash-llm-rl"):  # the wheel's files, as pip installed them
         if file.parts[0] == "flash_rl" and file.suffix == ".py":
             dest = target / Path(*file.parts)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(file.locate(), dest)
-    return target
+    return target, f"installed flash-llm-rl {version}"
 
 
 def _load(path: Path, name: str):
@@ -83,7 +95,7 @@ def bench(work_dir: Path) -> list[dict]:
 
     from rollout8 import quantmath
 
-    site = _flashrl_tree(work_dir)
+    site, origin = _flashrl_tree(work_dir)
     shipped = _load(site / "flash_rl" / "flash_quantization.py", "_flashrl_shipped_quantization")
     subprocess.run([sys.executable, "-m", "rollout8", "patches", "apply", "--target", str(site),
                     "--component", "flash_rl"], check=True, capture_output=True, text=True)
@@ -126,7 +138,7 @@ def bench(work_dir: Path) -> list[dict]:
         copy, flashrl, rollout8, inplace = speed["copy"], speed["flashrl"], speed["rollout8"], speed["inplace"]
         rows += [
             {"name": f"int8 requant {label}", "a_label": "FlashRL (patched)", "a": flashrl,
-             "b_label": "bf16 copy", "b": copy, "unit": "GB/s", "note": shipped_note},
+             "b_label": "bf16 copy", "b": copy, "unit": "GB/s", "note": f"{shipped_note} (from {origin})"},
             {"name": f"int8 requant {label}", "a_label": "rollout8.quantmath", "a": rollout8,
              "b_label": "bf16 copy", "b": copy, "unit": "GB/s"},
             {"name": f"int8 requant {label}", "a_label": "rollout8.quantmath", "a": rollout8,
