@@ -24,7 +24,7 @@ venv: $(VENV)/.installed ## create the CPU development/test environment in .venv
 # ---------------------------------------------------------------- quality
 .PHONY: lint
 lint: venv ## ruff, yamllint, hadolint (and ansible-lint once ansible/ has content)
-	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts bench
 	$(VENV)/bin/yamllint -s .
 	$(VENV)/bin/hadolint --config docker/.hadolint.yaml docker/Dockerfile*
 
