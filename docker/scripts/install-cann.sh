@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # install-cann.sh DIR: install the CANN toolkit, 910b kernels and nnal from DIR (docker/cann/, bind-mounted),
 # each verified against the sha256 of versions.lock.yaml (build args CANN_<KIND>_<ARCH>_FILE / _SHA256).
-# An empty sha256 slot is refused unless ALLOW_UNVERIFIED_CANN=1.
+# An empty sha256 slot is refused unless ALLOW_UNVERIFIED_CANN=1. ASCEND_HOME (default /usr/local/Ascend) is where
+# the toolkit's installer puts set_env.sh, which the nnal installer needs.
 set -euo pipefail
 dir=$1
+ascend_home=${ASCEND_HOME:-/usr/local/Ascend}
 case "${TARGETARCH:-$(uname -m)}" in
   arm64|aarch64) arch=AARCH64 ;;
   amd64|x86_64) arch=X86_64 ;;
@@ -35,7 +37,7 @@ for kind in TOOLKIT KERNELS NNAL; do
   if [ "$kind" = NNAL ]; then
     # nnal's installer needs the toolkit's environment.
     # shellcheck disable=SC1091
-    set +u; . /usr/local/Ascend/ascend-toolkit/set_env.sh; set -u
+    set +u; . "$ascend_home/ascend-toolkit/set_env.sh"; set -u
   fi
   echo "install-cann: installing $file"
   bash "$work/$file" --quiet --install --install-for-all
