@@ -102,7 +102,8 @@ class Process:
                     "(export it before `ray start` or pass it in ray_kwargs.ray_init.runtime_env.env_vars)"
                     if self.skipped else "FlashRL's patch ran but FLASHRL_CONFIG was unset when vllm.LLM was built")
         if status == "incomplete":
-            return "config detected but load_weights was never patched (engine failed to start, or logs cut short)"
+            return ("config detected but no 'patched the load_weights' line: the engine failed to start, the logs "
+                    "are cut short, or FLASHRL_LOGGING_LEVEL was not DEBUG (that line is a DEBUG line)")
         if status == "bf16":
             return "bf16 entry of the FlashRL config (hybrid): rollouts in bf16 by design"
         return f"int8 patch active ({self.fn}), {self.syncs} quantized weight sync(s)"

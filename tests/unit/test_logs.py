@@ -132,3 +132,12 @@ def test_only_bf16_ranks_is_not_int8(emitted, tmp_path, capsys):
     shutil.copy(emitted / "rank2.log", tmp_path / "rank2.log")
     rc, report = run_logs(tmp_path, capsys)
     assert rc == 1 and report["bf16"] == 1 and report["patched"] == 0
+
+
+def test_info_level_logs_are_incomplete_not_patched(emitted, tmp_path, capsys):
+    """Without FLASHRL_LOGGING_LEVEL=DEBUG the load_weights and sync lines are missing: no false pass."""
+    lines = [line for line in (emitted / "rank0.log").read_text().splitlines() if " - DEBUG - " not in line]
+    (tmp_path / "rank0.log").write_text("\n".join(lines) + "\n")
+    rc, report = run_logs(tmp_path, capsys)
+    assert rc == 1 and report["ranks"][0]["status"] == "incomplete"
+    assert "FLASHRL_LOGGING_LEVEL" in report["ranks"][0]["reason"]
