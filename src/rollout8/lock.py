@@ -10,6 +10,7 @@ versions, sha256 slots empty or 64 hex, ...) with errors that name the field, an
 - `--constraints`: the pip constraints file the image build installs under,
 - `--json`: the whole lock plus the derived values,
 - `--get KEY`: one derived value (`image`, `digest`, or any build-arg KEY),
+- `--cann-files [DIR]`: the CANN installers the lock expects, checked against those in DIR (docker/cann),
 - `--update-readme FILE`: rewrite the table between the README's `<!-- versions:begin/end -->` markers.
 
 It needs only pyyaml and pydantic, so the Makefile can run it with the system python3 before .venv exists:
@@ -312,6 +313,35 @@ def format_env(lock: Lock) -> str:
     return "\n".join(f"{k}={shlex.quote(v)}" for k, v in lock.build_args().items())
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):  # installers are GBs: stream them
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def cann_report(lock: Lock, folder: Path) -> tuple[str, bool]:
+    """Per installer: the lock's file name, its sha256 slot, and what docker/cann/ holds. ok = nothing blocks."""
+    lines, ok = [], True
+    for kind in INSTALLER_KINDS:
+        for arch in ARCHES:
+            inst = lock.cann.installers[kind][arch]
+            path = folder / inst.file
+            if not path.is_file():
+                state = "absent"
+            else:
+                got = file_sha256(path)
+                if not inst.sha256:
+                    state, ok = f"present, sha256 {got}: put it in the lock (cann.installers.{kind}.{arch})", False
+                elif got != inst.sha256:
+                    state, ok = f"present, sha256 {got} DIFFERS from the lock", False
+                else:
+                    state = "present, sha256 verified"
+            lines.append(f"{kind:<8} {arch:<8} {inst.file}  lock sha256: {inst.sha256 or '(empty)'}  {state}")
+    return "\n".join(lines), ok
+
+
 README_BEGIN = "<!-- versions:begin -->"
 README_END = "<!-- versions:end -->"
 
@@ -358,6 +388,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="print the lock and its derived values as JSON")
     fmt.add_argument("--get", metavar="KEY", help="print one value: image, digest, or a build-arg key")
     fmt.add_argument("--check", action="store_true", help="only validate (exit 0 and print one line if valid)")
+    fmt.add_argument("--cann-files", metavar="DIR", type=Path, nargs="?", const=Path("docker/cann"),
+                     help="list the CANN installers the lock expects and check those in DIR (default docker/cann)")
     fmt.add_argument("--update-readme", metavar="FILE", type=Path,
                      help=f"rewrite the version table between {README_BEGIN} and {README_END} in FILE")
 
@@ -378,6 +410,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     elif args.get:
         print(get_value(lock, args.get))
+    elif args.cann_files:
+        text, ok = cann_report(lock, args.cann_files)
+        print(text)
+        if not ok:
+            raise LockError(f"{args.cann_files}: an installer there does not match the lock (see above)")
     elif args.update_readme:
         changed = update_readme(lock, args.update_readme)
         print(f"{args.update_readme}: version table {'updated' if changed else 'already up to date'}")

@@ -280,3 +280,26 @@ def test_make_image_save_writes_checksum():
     lines = make_dry_run("image-save", IMAGE="rollout8/stack:x")
     assert any("save rollout8/stack:x" in ln and "gzip" in ln for ln in lines), lines
     assert any("sha256sum" in ln for ln in lines), lines
+
+
+def test_cann_files_report(tmp_path):
+    """`rollout8 lock --cann-files`: absent files are fine, an unverified or wrong one is reported with its sha256."""
+    import hashlib
+
+    from rollout8.lock import cann_report
+
+    lock = load_lock(LOCK_FILE)
+    text, ok = cann_report(lock, tmp_path)
+    assert ok and text.count("absent") == 6
+    inst = lock.cann.installers["toolkit"]["x86_64"]
+    (tmp_path / inst.file).write_bytes(b"not really CANN")
+    sha = hashlib.sha256(b"not really CANN").hexdigest()
+    empty = write_lock(tmp_path, lambda d: d["cann"]["installers"]["toolkit"]["x86_64"].update(sha256=""))
+    text, ok = cann_report(load_lock(empty), tmp_path)
+    assert not ok and sha in text and "put it in the lock (cann.installers.toolkit.x86_64)" in text
+    wrong = write_lock(tmp_path, lambda d: d["cann"]["installers"]["toolkit"]["x86_64"].update(sha256="0" * 64))
+    text, ok = cann_report(load_lock(wrong), tmp_path)
+    assert not ok and "DIFFERS" in text
+    right = write_lock(tmp_path, lambda d: d["cann"]["installers"]["toolkit"]["x86_64"].update(sha256=sha))
+    text, ok = cann_report(load_lock(right), tmp_path)
+    assert ok and "sha256 verified" in text
