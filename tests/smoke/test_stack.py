@@ -14,6 +14,8 @@ from smoke_support import installed_version
 PYPI_DISTS = {"torch": "torch", "torch_npu": "torch_npu", "ray": "ray", "flash-llm-rl": "flash-llm-rl"}
 # git pin name in the lock -> importable module proving it is there (imports that need no NPU)
 GIT_MODULES = {"vllm": "vllm", "transformers": "transformers", "megatron-lm": "megatron.core"}
+# PyPI-installed modules whose import needs no NPU device
+PLAIN_MODULES = ["flash_rl", "ray", "torch"]
 
 
 @pytest.mark.parametrize("name", sorted(PYPI_DISTS))
@@ -33,6 +35,23 @@ def test_git_trees_at_their_commits(lock, source_commits):
 def test_imports_without_npu(npu_stack, name):
     module = importlib.import_module(GIT_MODULES[name])
     print(f"{name}: {getattr(module, '__version__', '(no __version__)')}")
+
+
+@pytest.mark.parametrize("module", PLAIN_MODULES)
+def test_plain_imports(npu_stack, module):
+    imported = importlib.import_module(module)
+    print(f"{module}: {getattr(imported, '__version__', '(no __version__)')}")
+
+
+def test_megatron_core_matches_the_tag(npu_stack, lock):
+    """The lock's note names the tag (core_vX.Y.Z) the commit was resolved from; megatron-core must say the same."""
+    import re
+
+    from megatron.core import package_info
+
+    tag = re.search(r"core_v(\d+\.\d+\.\d+)", lock.git["megatron-lm"].note)
+    assert tag, "the lock's git.megatron-lm.note no longer names the tag"
+    assert package_info.__version__ == tag.group(1)
 
 
 def test_vllm_dev_version(npu_stack, lock):
@@ -58,7 +77,7 @@ def test_triton_removed(npu_stack):
 
 
 @pytest.mark.npu
-@pytest.mark.parametrize("module", ["torch_npu", "vllm_ascend", "mindspeed", "verl", "flash_rl", "ray"])
+@pytest.mark.parametrize("module", ["torch_npu", "vllm_ascend", "mindspeed", "verl"])
 def test_imports_on_npu(npu_stack, npu_device, module):
     imported = importlib.import_module(module)
     print(f"{module}: {getattr(imported, '__version__', '(no __version__)')}")
