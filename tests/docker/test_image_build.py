@@ -135,6 +135,7 @@ def stack_standin(engine, base_image, torch_wheel, tmp_path_factory) -> str:
 def bundle(engine, stack_standin) -> dict:
     lock = load_lock()
     args = [f"--build-arg={k}={v}" for k, v in lock.build_args().items()]
+    sh([engine, "rmi", "-f", BUNDLE_TAG], check=False)  # the previous run's image: no dangling copies pile up
     start = time.monotonic()
     # --no-cache: the patch step must really run here (its output is asserted); the stand-in stack is an image,
     # so only the two bundle stages are rebuilt (about half a minute).
