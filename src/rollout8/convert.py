@@ -1,7 +1,7 @@
 """`rollout8 convert --to ascend INT8_DIR OUT_DIR`: a compressed-tensors W8A8 checkpoint -> the W8A8_DYNAMIC layout
 that vllm-ascend 7e16b4a (v0.10.1rc1) loads natively with ``quantization="ascend"``. Lossless and streaming.
 
-What vllm-ascend 7e16b4a7cdb15723c63c1c0efe58672a056eace8 reads (from its source at that commit)
+What vllm-ascend 7e16b4a (the `git.vllm-ascend` pin of versions.lock.yaml) reads (from its source at that commit)
 - ``vllm_ascend/quantization/quant_config.py``: ``AscendQuantConfig`` is registered as quantization method
   ``"ascend"``; ``get_config_filenames()`` is ``["quant_model_description.json"]`` and ``from_config(d)`` keeps the
   whole dict as ``quant_description``. vLLM's ``get_quant_config`` uses config.json's ``quantization_config`` (or

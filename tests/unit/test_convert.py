@@ -1,6 +1,6 @@
 """`rollout8 convert --to ascend` on the fixture models: lossless, complete description, vllm-ascend's parameter set.
 
-The expected layout is derived from vllm-ascend at the pinned commit 7e16b4a7cdb15723c63c1c0efe58672a056eace8:
+The expected layout is derived from vllm-ascend at the pinned commit 7e16b4a (`git.vllm-ascend` in versions.lock.yaml):
 - vllm_ascend/quantization/w8a8_dynamic.py, AscendW8A8DynamicLinearMethod.get_weight / get_pertensor_param /
   get_perchannel_param / get_pergroup_param: weight int8 [out, in]; weight_scale and weight_offset [out, 1] in
   params_dtype; no per-tensor or per-group parameters.
