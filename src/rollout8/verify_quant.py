@@ -175,7 +175,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    report = verify(args.model, args.quantized, args.profile, max_lsb=args.max_lsb)
+    step = {"next": 0.0}
+
+    def progress(done: int, total: int) -> None:  # on stderr, so stdout stays the table / JSON
+        if done / total >= step["next"] or done == total:
+            print(f"verify-quant: {done}/{total} tensors", file=sys.stderr, flush=True)
+            step["next"] = done / total + 0.1
+
+    report = verify(args.model, args.quantized, args.profile, max_lsb=args.max_lsb, progress=progress)
     if args.json_out != "-":
         print(format_table(report))
     if args.json_out:
