@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("rollout8.logs", "verdict per rollout rank from Ray/verl/FlashRL logs: did int8 really run?"),
     "convert": ("rollout8.convert", "convert a compressed-tensors W8A8 model to the vllm-ascend W8A8_DYNAMIC layout"),
     "report": ("rollout8.report", "bf16 vs int8 report (HTML + PNG) from verl training logs"),
+    "plan": ("rollout8.deploy_plan", "the deployment plan for Ansible: artifacts to copy, node env, Ray job (JSON)"),
     "smoke-job": ("rollout8.smoke_job", "the cluster smoke job: per-node proof that config, artifacts and patch are in place"),
     "doctor": ("rollout8.doctor", "check this node before deployment (JSON report, fixed exit codes)"),
 }
