@@ -26,7 +26,8 @@ if [ "${1:-}" = "--download" ]; then
   mkdir -p "$dest"
   echo ">> downloading the engine wheelhouse into $dest"
   "$ENGINE_PYTHON" -m pip download -q -d "$dest" -r "$REQ"
-  "$ENGINE_PYTHON" -m pip download -q --no-deps -d "$dest" -r "$REQ_NODEPS" "flash-llm-rl==$FLASHRL_VERSION"
+  "$ENGINE_PYTHON" -m pip download -q --no-deps -d "$dest" -r "$REQ_NODEPS" -r tests/engine/requirements-verl.txt \
+    "flash-llm-rl==$FLASHRL_VERSION" "ray==$(sed -n 's/^ *ray: *"\([^"]*\)".*/\1/p' versions.lock.yaml)"
   exit 0
 fi
 
@@ -67,5 +68,17 @@ echo ">> applying patches/flash_rl to $site"
 # The stock wheel again, unpatched, beside the venv: tests put it first on PYTHONPATH to show our patches matter.
 rm -rf "$ENGINE_VENV/unpatched-flash-rl"
 pip install -q "${pip_src[@]}" --no-deps --target "$ENGINE_VENV/unpatched-flash-rl" "flash-llm-rl==$FLASHRL_VERSION"
+# verl's sync rollout (verl 0.6.1 + the modules it imports, --no-deps) with patches/verl, beside the venv.
+REQ_VERL=tests/engine/requirements-verl.txt
+RAY_VERSION=$(sed -n 's/^ *ray: *"\([^"]*\)".*/\1/p' versions.lock.yaml)
+overlay=$ENGINE_VENV/verl-overlay
+verl_key=$(cat "$REQ_VERL" patches/verl/*.patch | sha256sum | cut -c1-16)-ray$RAY_VERSION
+if [ ! -f "$overlay/.key" ] || [ "$(cat "$overlay/.key")" != "$verl_key" ]; then
+  echo ">> verl overlay (verl's sync vLLMRollout, ray==$RAY_VERSION) with patches/verl"
+  rm -rf "$overlay"
+  pip install -q "${pip_src[@]}" --no-deps --target "$overlay" -r "$REQ_VERL" "ray==$RAY_VERSION"
+  "$ENGINE_VENV/bin/rollout8" patches apply --target "$overlay" --component verl
+  echo "$verl_key" > "$overlay/.key"
+fi
 "$PY" tests/engine/cpu_engine_support.py check-env
 echo ">> engine venv ready: $ENGINE_VENV"

@@ -22,6 +22,9 @@ ENGINE_TIMEOUT_S = int(os.environ.get("ROLLOUT8_ENGINE_TIMEOUT", "600"))
 # unpatched=True puts it first on PYTHONPATH; ROLLOUT8_ENGINE_UNPATCHED=1 does that for every run, which shows
 # which tests our patches/flash_rl make pass (they fail with it).
 UNPATCHED_OVERLAY = Path(sys.prefix) / "unpatched-flash-rl"
+# verl 0.6.1 from PyPI (its verl/__init__.py is byte-identical to the pin's) with patches/verl applied, and the
+# verl imports the engine venv lacks, installed beside the venv by scripts/engine-env.sh (verl_rollout=True runs).
+VERL_OVERLAY = Path(sys.prefix) / "verl-overlay"
 ALL_UNPATCHED = os.environ.get("ROLLOUT8_ENGINE_UNPATCHED") == "1"
 # The simulated RL update of the drift test: 2% relative noise on every linear, first 4 rows grown 1.6x.
 PERTURB = {"seed": 1234, "rel_noise": 0.02, "grow_rows": 4, "grow_factor": 1.6}
@@ -81,6 +84,8 @@ def _launch(out: Path, *, model: Path, steps: list[str], flashrl_config: Path | 
                      extra=extra_env)
     if master_port is not None:
         env["MASTER_PORT"] = str(master_port)
+    if spec_fields.get("verl_rollout"):
+        env["PYTHONPATH"] = os.pathsep.join([str(VERL_OVERLAY), *filter(None, [env.get("PYTHONPATH")])])
     if unpatched or ALL_UNPATCHED:
         env["PYTHONPATH"] = os.pathsep.join([str(UNPATCHED_OVERLAY), *filter(None, [env.get("PYTHONPATH")])])
     stdout = open(out / "engine.out", "w")

@@ -60,6 +60,26 @@ def find_model(llm):
     return engine.model_executor.driver_worker.worker.model_runner.model
 
 
+def verl_sync_rollout(model_dir: Path):
+    """verl's sync vLLMRollout (verl 0.6.1), built as verl's rollout worker builds it: TP 1, inside the
+    torch.distributed world the worker joined, on a (dp, infer_tp) device mesh. Sleep mode (free_cache_engine)
+    is off: vLLM supports it on CUDA only (vllm-ascend brings its own)."""
+    import torch
+    from engine_platform import device_name, llm_kwargs
+    from torch.distributed.device_mesh import init_device_mesh
+    from verl.workers.config import HFModelConfig, RolloutConfig
+    from verl.workers.rollout.vllm_rollout.vllm_rollout_spmd import vLLMRollout
+
+    kwargs = llm_kwargs()
+    world = torch.distributed.get_world_size()
+    mesh = init_device_mesh(device_name(), (world, 1), mesh_dim_names=("dp", "infer_tp"))
+    config = RolloutConfig(name="vllm", mode="sync", prompt_length=32, response_length=16, free_cache_engine=False,
+                           enforce_eager=True, dtype=kwargs["dtype"], gpu_memory_utilization=0.3,
+                           max_num_seqs=kwargs["max_num_seqs"], max_num_batched_tokens=256, load_format="auto",
+                           tensor_model_parallel_size=1)
+    return vLLMRollout(config, HFModelConfig(path=str(model_dir)), mesh)
+
+
 def describe(model) -> dict:
     layer = model.model.layers[0]
     qkv = layer.self_attn.qkv_proj
@@ -94,6 +114,11 @@ def main(spec_path: str) -> int:
     # FLASHRL_CONFIG_AFTER_IMPORT: the trap. verl imports flash_rl (and so patches vLLM) at `import verl`; if the
     # variable reaches the process only afterwards, the patch never happened.
     late_config = os.environ.pop("FLASHRL_CONFIG_AFTER_IMPORT", None)
+    via_verl = spec.get("verl_rollout", False)
+    if via_verl:
+        import verl  # our patched verl/__init__.py imports flash_rl first (patches/verl)
+
+        results["verl_file"] = verl.__file__
     import flash_rl  # noqa: F401  (first, as the patched verl/__init__.py does)
 
     if late_config:
@@ -111,8 +136,13 @@ def main(spec_path: str) -> int:
         # the external_launcher executor then runs each DP rank's engine inside it.
         torch.distributed.init_process_group(backend="gloo", init_method="env://")
     bf16_dir = Path(spec["model"])
+    rollout = None
     try:
-        llm = vllm.LLM(model=str(bf16_dir), **llm_kwargs(), **spec.get("llm_kwargs", {}))
+        if via_verl:
+            rollout = verl_sync_rollout(bf16_dir)
+            llm = rollout.inference_engine
+        else:
+            llm = vllm.LLM(model=str(bf16_dir), **llm_kwargs(), **spec.get("llm_kwargs", {}))
     except Exception as exc:  # recorded: some scenarios expect the engine not to come up
         record("start", ok=False, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
         return 0
@@ -126,7 +156,13 @@ def main(spec_path: str) -> int:
 
     def reload(weights):
         start = time.time()
-        updated = model.load_weights(((n, t.to(device)) for n, t in weights))
+        on_device = ((n, t.to(device)) for n, t in weights)
+        if rollout is not None:  # verl's own weight-sync entry point (it calls model.load_weights)
+            import asyncio
+
+            asyncio.run(rollout.update_weights(on_device))
+            return {"seconds": round(time.time() - start, 3), "updated": None}
+        updated = model.load_weights(on_device)
         return {"seconds": round(time.time() - start, 3), "updated": len(updated) if updated is not None else None}
 
     in_memory: dict = {}

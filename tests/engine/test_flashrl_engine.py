@@ -309,3 +309,32 @@ def test_int8_ops_native_or_provided_for_this_machine(int8_run):
                                                   "cutlass_scaled_mm"}
     print("platform:", prepared["platform"], "int8 ops provided by the test support:",
           prepared["int8_ops_provided"] or "none (native)")
+
+
+# ---------------------------------------------------------------------------------------------- verl
+@pytest.fixture(scope="session")
+def verl_run(pair, int8_config, work) -> EngineRun:
+    """verl 0.6.1's sync vLLMRollout (patched verl/__init__.py) built on this engine; weights synced through
+    its update_weights, the entry point verl's trainer calls after each step."""
+    from engine_runs import VERL_OVERLAY
+
+    if not (VERL_OVERLAY / "verl").is_dir():
+        pytest.fail(f"no verl overlay at {VERL_OVERLAY}: rebuild with scripts/engine-env.sh")
+    return run_engine(work / "run-verl", model=pair.bf16, steps=["reload:reload1", "generate:gen1"],
+                      flashrl_config=int8_config, verl_rollout=True, init_process_group=True)
+
+
+def test_verl_sync_rollout_update_weights_goes_through_flashrl(verl_run, int8_run, pair):
+    import torch
+
+    assert "verl-overlay" in verl_run.results["verl_file"]
+    source = open(verl_run.results["verl_file"]).read()
+    assert "rollout8-patch: verl-import-flash-rl" in source, "verl/__init__.py is not patched"
+    start = verl_run.ok("start")
+    assert start["served_model"] == str(pair.int8) and start["qkv_weight_dtype"] == "torch.int8"
+    assert start["has_flashrl_load_weights"]
+    verl_run.ok("reload1")
+    via_verl, direct = verl_run.tensors("reload1"), int8_run.tensors("reload1")
+    for name, value in direct.items():  # same weights, same profile: verl's sync gives FlashRL's exact result
+        assert torch.equal(via_verl[name], value), name
+    assert [len(t) for t in verl_run.ok("gen1")["tokens"]] == [8, 8]
