@@ -72,6 +72,10 @@ def compare_int8(engine: dict, expected: dict) -> dict:
     return stats
 
 
+def worst_lsb(stats: dict) -> int:
+    return max(s[0] for s in stats.values())
+
+
 # ---------------------------------------------------------------------------------------------- int8
 def test_int8_config_swaps_the_bf16_model_to_int8_and_generates(int8_run: EngineRun, pair):
     start = int8_run.ok("start")
@@ -113,10 +117,28 @@ def test_reload_gives_the_predicted_int8_weights_within_one_lsb_of_the_checkpoin
     for name, value in want.items():  # exactly what the profile arithmetic predicts, norms included
         assert torch.equal(engine[name], value.to(engine[name].dtype)), f"{name} differs from the prediction"
     stats = compare_int8(engine, engine_layout(_checkpoint(pair.int8), layers))
-    worst = max(s[0] for s in stats.values())
-    assert worst <= 1, f"int8 weights more than 1 LSB from the checkpoint: {stats}"
+    assert worst_lsb(stats) <= 1, f"int8 weights more than 1 LSB from the checkpoint: {stats}"
     assert torch.equal(engine["model.embed_tokens.weight"], bf16["model.embed_tokens.weight"])
     print("reload vs checkpoint (max LSB, share off, share saturated):", json.dumps(stats))
+
+
+@pytest.fixture(scope="session")
+def wrong_profile_run(pair, work) -> EngineRun:
+    """The same engine with the profile of another pair (seed 1): setup accepts it (shapes match), so only the
+    reload comparison can catch it."""
+    other = work / "pair-seed1"
+    rollout8("make-test-model", "-o", str(other), "--preset", "tiny-engine", "--seed", "1")
+    profile = work / "profile-seed1.pt"
+    rollout8("profile", "-m", str(other / "bf16"), "-q", str(other / "int8"), "-o", str(profile))
+    config = work / "flashrl-wrong-profile.yaml"
+    rollout8("setup", "--fn", "int8", "-m", str(pair.int8), "-p", str(profile), "-o", str(config))
+    return run_engine(work / "run-wrong-profile", model=pair.bf16, steps=["reload:reload1"], flashrl_config=config)
+
+
+def test_reload_check_catches_a_wrong_profile(wrong_profile_run, pair, layers):
+    wrong_profile_run.ok("reload1")  # nothing fails in the engine: the weights are just wrong
+    stats = compare_int8(wrong_profile_run.tensors("reload1"), engine_layout(_checkpoint(pair.int8), layers))
+    assert worst_lsb(stats) > 1, f"a wrong profile went unnoticed: {stats}"
 
 
 def test_generation_after_reload_and_a_second_reload_is_identical(int8_run):
