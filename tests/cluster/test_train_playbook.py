@@ -1,0 +1,109 @@
+"""train.yml on the simulated 3-node cluster: converge, idempotence, fault drills (one cluster, in order)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import Cluster, Run
+
+pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
+
+NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
+PROFILE = "/var/lib/rollout8/runs/tiny-cpu-sim/profile.pt"
+PLAN = "/var/lib/rollout8/runs/tiny-cpu-sim/rollout8-plan.json"
+
+
+def verdict_from(cluster: Cluster) -> dict:
+    logs = sorted((cluster.work / "logs").glob("*/driver.log"), key=lambda p: p.stat().st_mtime)
+    assert logs, "no driver log collected on the controller"
+    lines = [line for line in logs[-1].read_text().splitlines() if line.startswith("ROLLOUT8_SMOKE_VERDICT ")]
+    assert lines, f"no smoke verdict in {logs[-1]}"
+    return json.loads(lines[-1].split(" ", 1)[1])
+
+
+def test_converges_and_smoke_job_is_green_on_every_node(sim_cluster: Cluster, converged: Run):
+    assert converged.rc == 0, converged.output[-4000:]
+    recap = converged.recap()
+    assert set(recap) == set(NODES)
+    assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values()), recap
+    assert "smoke job GREEN on all 3 nodes" in converged.output
+    verdict = verdict_from(sim_cluster)
+    assert verdict["ok"] is True
+    assert sorted(v["hostname"] for v in verdict["nodes"].values()) == sorted(NODES)
+    for node in verdict["nodes"].values():
+        checks = {c["check"]: c["ok"] for c in node["checks"]}
+        assert checks == {"env": True, "artifacts": True, "activation": True, "verify-quant": True}, node
+
+
+def test_second_run_changes_nothing(sim_cluster: Cluster, converged: Run):
+    assert converged.rc == 0
+    again = sim_cluster.playbook()
+    assert again.rc == 0, again.output[-4000:]
+    recap = again.recap()
+    assert set(recap) == set(NODES)
+    changed = {host: r["changed"] for host, r in recap.items() if r["changed"]}
+    assert not changed, f"not idempotent: {changed}\n" + "\n".join(
+        line for line in again.output.splitlines() if line.startswith("changed:"))
+    assert re.search(r"already\s+SUCCEEDED\s+for\s+this\s+plan", again.output)
+
+
+def test_corrupted_profile_is_detected_and_replaced(sim_cluster: Cluster, converged: Run):
+    assert converged.rc == 0
+    good = sim_cluster.node("rollout8-sim-head", "sha256sum", PROFILE).stdout.split()[0]
+    sim_cluster.node("rollout8-sim-w2", "bash", "-c", f"printf corrupt | dd of={PROFILE} bs=1 seek=100 conv=notrunc")
+    assert sim_cluster.node("rollout8-sim-w2", "sha256sum", PROFILE).stdout.split()[0] != good
+    run = sim_cluster.playbook("--tags", "artifacts")
+    assert run.rc == 0, run.output[-4000:]
+    recap = run.recap()
+    assert recap["rollout8-sim-w2"]["changed"] >= 1
+    assert recap["rollout8-sim-head"]["changed"] == 0 and recap["rollout8-sim-w1"]["changed"] == 0
+    assert re.search(r"changed: \[rollout8-sim-w2\] => \(item=profile ->", run.output), run.output[-3000:]
+    assert sim_cluster.node("rollout8-sim-w2", "sha256sum", PROFILE).stdout.split()[0] == good
+
+
+def test_env_exported_only_in_the_driver_is_caught(sim_cluster: Cluster, converged: Run):
+    """Stack-facts trap 2: FLASHRL_CONFIG set for the driver but not before `ray start` never reaches workers."""
+    assert converged.rc == 0
+    try:
+        trap = sim_cluster.playbook("--tags", "ray", "-e", "rollout8_ray_export_env=false")
+        assert trap.rc == 0, trap.output[-4000:]
+        cfg = json.loads(sim_cluster.node("rollout8-sim-head", "cat", PLAN).stdout)["node_paths"]["flashrl"]
+        job = sim_cluster.node("rollout8-sim-head", "env", f"FLASHRL_CONFIG={cfg}",
+                               "/opt/rollout8/venv/bin/rollout8", "smoke-job", "--plan", PLAN, "--nodes", "3",
+                               check=False)
+        out = job.stdout + job.stderr
+        assert job.returncode == 1, out[-3000:]
+        for node in NODES:
+            assert re.search(rf"{node} \(\S+\) env\s+FAIL FLASHRL_CONFIG is not in the Ray worker's environment", out), out
+        verdict = json.loads(out.split("ROLLOUT8_SMOKE_VERDICT ", 1)[1].splitlines()[0])
+        assert verdict["driver_env"]["FLASHRL_CONFIG"] == cfg
+        assert verdict["ok"] is False
+    finally:
+        restore = sim_cluster.playbook("--tags", "ray")
+        assert restore.rc == 0, restore.output[-4000:]
+
+
+def test_stopped_worker_fails_fast_naming_it_then_rerun_converges(sim_cluster: Cluster, converged: Run):
+    assert converged.rc == 0
+    state = "/opt/rollout8/run/ray-state.json"
+    before = {n: sim_cluster.node(n, "stat", "-c", "%Y", state).stdout for n in ("rollout8-sim-head", "rollout8-sim-w1")}
+    jobs_before = sim_cluster.node("rollout8-sim-head", "bash", "-c", "cat /opt/rollout8/run/job-*").stdout
+    subprocess_stop = __import__("subprocess").run(["docker", "stop", "-t", "2", "rollout8-sim-w2"], capture_output=True)
+    assert subprocess_stop.returncode == 0
+    try:
+        failed = sim_cluster.playbook(timeout=300)
+        assert failed.rc != 0
+        recap = failed.recap()
+        assert recap["rollout8-sim-w2"]["unreachable"] + recap["rollout8-sim-w2"]["failed"] >= 1, recap
+        assert re.search(r"(fatal|unreachable).*rollout8-sim-w2", failed.output, re.I | re.S)
+        assert "TASK [ray" not in failed.output and "TASK [launch" not in failed.output
+        after = {n: sim_cluster.node(n, "stat", "-c", "%Y", state).stdout for n in before}
+        assert after == before, "Ray was touched on a healthy node although the run failed"
+        assert sim_cluster.node("rollout8-sim-head", "bash", "-c", "cat /opt/rollout8/run/job-*").stdout == jobs_before
+    finally:
+        __import__("subprocess").run(["docker", "start", "rollout8-sim-w2"], capture_output=True)
+    rerun = sim_cluster.playbook("-e", "rollout8_relaunch=true")
+    assert rerun.rc == 0, rerun.output[-4000:]
+    assert "smoke job GREEN on all 3 nodes" in rerun.output
