@@ -15,7 +15,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from engine_platform import engine_available  # noqa: E402
+from engine_platform import engine_available, int8_expectations  # noqa: E402
 from engine_runs import MAIN_STEPS, EngineRun, rollout8, run_engine  # noqa: E402
 
 
@@ -51,16 +51,27 @@ def profile(pair, work) -> Path:
 
 
 @pytest.fixture(scope="session")
-def int8_config(pair, profile, work) -> Path:
+def served_int8(pair, work) -> Path:
+    """The int8 model the engine serves on this platform: the compressed-tensors twin, or on an NPU host its
+    lossless `rollout8 convert --to ascend` copy (same int8 values, vllm-ascend's layout)."""
+    if int8_expectations()["layout"] == "ascend":
+        out = work / "int8-ascend"
+        rollout8("convert", "--to", "ascend", str(pair.int8), str(out), "--force")
+        return out
+    return pair.int8
+
+
+@pytest.fixture(scope="session")
+def int8_config(served_int8, profile, work) -> Path:
     out = work / "flashrl-int8.yaml"
-    rollout8("setup", "--fn", "int8", "-m", str(pair.int8), "-p", str(profile), "-o", str(out))
+    rollout8("setup", "--fn", "int8", "-m", str(served_int8), "-p", str(profile), "-o", str(out))
     return out
 
 
 @pytest.fixture(scope="session")
-def hybrid_config(pair, profile, work) -> Path:
+def hybrid_config(pair, served_int8, profile, work) -> Path:
     out = work / "flashrl-hybrid.yaml"
-    rollout8("setup", "--fn", "hybrid", "-m", str(pair.int8), "-p", str(profile), "-b", str(pair.bf16),
+    rollout8("setup", "--fn", "hybrid", "-m", str(served_int8), "-p", str(profile), "-b", str(pair.bf16),
              "--mix", "1:1", "-o", str(out))
     return out
 

@@ -26,6 +26,16 @@ def device_name() -> str:
     return "npu" if on_ascend() else "cpu"
 
 
+def int8_expectations() -> dict:
+    """How the served int8 model looks on this platform: the layout `rollout8 setup` points FlashRL at, vLLM's
+    quantization method, and the scheme class of the int8 linears (None: not pinned down without an NPU run).
+    vllm-ascend refuses compressed-tensors (stack-facts trap 6): there the int8 model is the converted twin."""
+    if on_ascend():
+        return {"layout": "ascend", "quantization": "ascend", "qkv_scheme": None}
+    return {"layout": "compressed-tensors", "quantization": "compressed-tensors",
+            "qkv_scheme": "CompressedTensorsW8A8Int8"}
+
+
 def engine_available() -> tuple[bool, str]:
     """(True, "") when this interpreter can run a vLLM engine, else (False, why)."""
     if importlib.util.find_spec("vllm") is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from engine_platform import int8_expectations
 from engine_runs import UNPATCHED_OVERLAY, EngineRun, rollout8, run_engine, run_engine_group
 
 from rollout8 import quantmath
@@ -77,11 +78,13 @@ def worst_lsb(stats: dict) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- int8
-def test_int8_config_swaps_the_bf16_model_to_int8_and_generates(int8_run: EngineRun, pair):
+def test_int8_config_swaps_the_bf16_model_to_int8_and_generates(int8_run: EngineRun, served_int8):
     start = int8_run.ok("start")
-    assert start["served_model"] == str(pair.int8), "FlashRL did not swap vllm.LLM(model=<bf16>) to the int8 model"
-    assert start["quantization"] == "compressed-tensors"
-    assert start["qkv_scheme"] == "CompressedTensorsW8A8Int8"
+    assert start["served_model"] == str(served_int8), "FlashRL did not swap vllm.LLM(model=<bf16>) to the int8 model"
+    expected = int8_expectations()
+    assert start["quantization"] == expected["quantization"]
+    if expected["qkv_scheme"] is not None:
+        assert start["qkv_scheme"] == expected["qkv_scheme"]
     assert start["qkv_weight_dtype"] == "torch.int8"
     # FlashRL found the model at llm.llm_engine.model_executor.driver_worker.worker.model_runner.model (the
     # worker reads it there) and put its load_weights hook on it.
@@ -123,7 +126,7 @@ def test_reload_gives_the_predicted_int8_weights_within_one_lsb_of_the_checkpoin
 
 
 @pytest.fixture(scope="session")
-def wrong_profile_run(pair, work) -> EngineRun:
+def wrong_profile_run(pair, served_int8, work) -> EngineRun:
     """The same engine with the profile of another pair (seed 1): setup accepts it (shapes match), so only the
     reload comparison can catch it."""
     other = work / "pair-seed1"
@@ -131,7 +134,7 @@ def wrong_profile_run(pair, work) -> EngineRun:
     profile = work / "profile-seed1.pt"
     rollout8("profile", "-m", str(other / "bf16"), "-q", str(other / "int8"), "-o", str(profile))
     config = work / "flashrl-wrong-profile.yaml"
-    rollout8("setup", "--fn", "int8", "-m", str(pair.int8), "-p", str(profile), "-o", str(config))
+    rollout8("setup", "--fn", "int8", "-m", str(served_int8), "-p", str(profile), "-o", str(config))
     return run_engine(work / "run-wrong-profile", model=pair.bf16, steps=["reload:reload1"], flashrl_config=config)
 
 
@@ -242,12 +245,12 @@ def hybrid_runs(pair, hybrid_config, work) -> dict[int, EngineRun]:
                              for rank in (0, 1)}, world_size=2)
 
 
-def test_hybrid_config_rank0_int8_rank1_bf16(hybrid_runs, pair, hybrid_config):
+def test_hybrid_config_rank0_int8_rank1_bf16(hybrid_runs, pair, served_int8, hybrid_config):
     import yaml
 
     assert [e["fn"] for e in yaml.safe_load(hybrid_config.read_text())["configs"]] == ["int8", "bf16"]
     r0, r1 = hybrid_runs[0].ok("start"), hybrid_runs[1].ok("start")
-    assert (r0["served_model"], r0["qkv_weight_dtype"]) == (str(pair.int8), "torch.int8")
+    assert (r0["served_model"], r0["qkv_weight_dtype"]) == (str(served_int8), "torch.int8")
     assert (r1["served_model"], r1["qkv_weight_dtype"]) == (str(pair.bf16), "torch.bfloat16")
     assert r1["quantization"] is None and not r1["has_flashrl_load_weights"]
     for run in hybrid_runs.values():
@@ -346,14 +349,14 @@ def verl_run(pair, int8_config, work) -> EngineRun:
                       flashrl_config=int8_config, verl_rollout=True, init_process_group=True)
 
 
-def test_verl_sync_rollout_update_weights_goes_through_flashrl(verl_run, int8_run, pair):
+def test_verl_sync_rollout_update_weights_goes_through_flashrl(verl_run, int8_run, served_int8):
     import torch
 
     assert "verl-overlay" in verl_run.results["verl_file"]
     source = open(verl_run.results["verl_file"]).read()
     assert "rollout8-patch: verl-import-flash-rl" in source, "verl/__init__.py is not patched"
     start = verl_run.ok("start")
-    assert start["served_model"] == str(pair.int8) and start["qkv_weight_dtype"] == "torch.int8"
+    assert start["served_model"] == str(served_int8) and start["qkv_weight_dtype"] == "torch.int8"
     assert start["has_flashrl_load_weights"]
     verl_run.ok("reload1")
     via_verl, direct = verl_run.tensors("reload1"), int8_run.tensors("reload1")
