@@ -28,6 +28,10 @@ if [ "${1:-}" = "--download" ]; then
   "$ENGINE_PYTHON" -m pip download -q -d "$dest" -r "$REQ"
   "$ENGINE_PYTHON" -m pip download -q --no-deps -d "$dest" -r "$REQ_NODEPS" -r tests/engine/requirements-verl.txt \
     "flash-llm-rl==$FLASHRL_VERSION" "ray==$(sed -n 's/^ *ray: *"\([^"]*\)".*/\1/p' versions.lock.yaml)"
+  # rollout8's build backend, what its editable build needs, and wheel for the sdist-only
+  # antlr4-python3-runtime (pip builds them in isolated envs from the same wheelhouse)
+  # shellcheck disable=SC2046
+  "$ENGINE_PYTHON" -m pip download -q -d "$dest" $("$ENGINE_PYTHON" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"])') editables wheel
   exit 0
 fi
 
