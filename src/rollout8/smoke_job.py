@@ -249,6 +249,6 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json_out).write_text(line + "\n")
     print(VERDICT_PREFIX + line, flush=True)
     red = [v["hostname"] for v in verdict["nodes"].values() if not v["ok"]]
-    print(f"smoke-job: verdict {'GREEN on all ' + str(len(verdict['nodes'])) + ' nodes' if not red else 'RED on ' + ', '.join(red)}",
-          flush=True)
+    summary = f"GREEN on all {len(verdict['nodes'])} nodes" if not red else f"RED on {', '.join(red)}"
+    print(f"smoke-job: verdict {summary}", flush=True)
     return 0 if verdict["ok"] else 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 from conftest import Cluster, Run
@@ -76,7 +77,8 @@ def test_env_exported_only_in_the_driver_is_caught(sim_cluster: Cluster, converg
         out = job.stdout + job.stderr
         assert job.returncode == 1, out[-3000:]
         for node in NODES:
-            assert re.search(rf"{node} \(\S+\) env\s+FAIL FLASHRL_CONFIG is not in the Ray worker's environment", out), out
+            pattern = rf"{node} \(\S+\) env\s+FAIL FLASHRL_CONFIG is not in the Ray worker's environment"
+            assert re.search(pattern, out), out
         verdict = json.loads(out.split("ROLLOUT8_SMOKE_VERDICT ", 1)[1].splitlines()[0])
         assert verdict["driver_env"]["FLASHRL_CONFIG"] == cfg
         assert verdict["ok"] is False
@@ -88,10 +90,10 @@ def test_env_exported_only_in_the_driver_is_caught(sim_cluster: Cluster, converg
 def test_stopped_worker_fails_fast_naming_it_then_rerun_converges(sim_cluster: Cluster, converged: Run):
     assert converged.rc == 0
     state = "/opt/rollout8/run/ray-state.json"
-    before = {n: sim_cluster.node(n, "stat", "-c", "%Y", state).stdout for n in ("rollout8-sim-head", "rollout8-sim-w1")}
+    healthy = ("rollout8-sim-head", "rollout8-sim-w1")
+    before = {n: sim_cluster.node(n, "stat", "-c", "%Y", state).stdout for n in healthy}
     jobs_before = sim_cluster.node("rollout8-sim-head", "bash", "-c", "cat /opt/rollout8/run/job-*").stdout
-    subprocess_stop = __import__("subprocess").run(["docker", "stop", "-t", "2", "rollout8-sim-w2"], capture_output=True)
-    assert subprocess_stop.returncode == 0
+    assert subprocess.run(["docker", "stop", "-t", "2", "rollout8-sim-w2"], capture_output=True).returncode == 0
     try:
         failed = sim_cluster.playbook(timeout=300)
         assert failed.rc != 0
@@ -103,7 +105,7 @@ def test_stopped_worker_fails_fast_naming_it_then_rerun_converges(sim_cluster: C
         assert after == before, "Ray was touched on a healthy node although the run failed"
         assert sim_cluster.node("rollout8-sim-head", "bash", "-c", "cat /opt/rollout8/run/job-*").stdout == jobs_before
     finally:
-        __import__("subprocess").run(["docker", "start", "rollout8-sim-w2"], capture_output=True)
+        subprocess.run(["docker", "start", "rollout8-sim-w2"], capture_output=True)
     rerun = sim_cluster.playbook("-e", "rollout8_relaunch=true")
     assert rerun.rc == 0, rerun.output[-4000:]
     assert "smoke job GREEN on all 3 nodes" in rerun.output
