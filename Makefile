@@ -23,14 +23,32 @@ venv: $(VENV)/.installed ## create the CPU development/test environment in .venv
 
 # ---------------------------------------------------------------- quality
 .PHONY: lint
-lint: venv ## ruff, yamllint, hadolint (and ansible-lint once ansible/ has content)
+lint: venv ## ruff, yamllint, hadolint, ansible-lint (production profile) and ansible-playbook --syntax-check
 	$(VENV)/bin/ruff check src tests scripts bench
 	$(VENV)/bin/yamllint -s .
 	$(VENV)/bin/hadolint --config docker/.hadolint.yaml docker/Dockerfile*
+	cd ansible && PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --profile production train.yml reset.yml playbooks roles inventory
+	cd ansible && for p in train.yml reset.yml; do $(CURDIR)/$(VENV)/bin/ansible-playbook --syntax-check -i inventory/sample/hosts.ini $$p || exit 1; done
 
 .PHONY: test
 test: venv ## run the whole test suite on this machine (CPU; starts Docker if needed)
 	bash scripts/run-tests.sh $(PYTEST_ARGS)
+
+# ---------------------------------------------------------------- simulated cluster (tests/cluster)
+SIM_WORK ?= .cache/cluster/demo
+.PHONY: demo
+demo: venv ## build the simulated 3-node cluster, run ansible/train.yml on it (tiny CPU run, smoke job), print the verdict
+	$(PY) tests/cluster/simcluster.py up > .cache/cluster-demo-spec.txt
+	cd ansible && ANSIBLE_CACHE_PLUGIN_CONNECTION=$(CURDIR)/$(SIM_WORK)/facts PATH=$(CURDIR)/$(VENV)/bin:$$PATH \
+	  ansible-playbook -i ../tests/cluster/inventory/hosts.ini train.yml \
+	  -e rollout8_run_spec=$$(tail -n1 $(CURDIR)/.cache/cluster-demo-spec.txt) -e rollout8_work_dir=$(CURDIR)/$(SIM_WORK) \
+	  -e rollout8_bundle_wheel=$$($(CURDIR)/$(PY) $(CURDIR)/tests/cluster/simcluster.py wheel)
+	@echo "verdict: $$(grep -h '^smoke-job: verdict' $(SIM_WORK)/logs/*/driver.log | tail -n1)"
+	@echo "the cluster stays up (docker ps --filter label=rollout8.sim=1); remove it with: make demo-down"
+
+.PHONY: demo-down
+demo-down: ## remove the simulated cluster's containers and network
+	$(PY) tests/cluster/simcluster.py down
 
 .PHONY: test-unit
 test-unit: venv ## fast tests only (no Docker, no cluster, no engine)
