@@ -155,7 +155,9 @@ def build_plan(spec_path: Path, out: Path, cli: str) -> dict:
         "env": env,
         "entrypoints": entrypoints,
     }
-    identity = hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:12]
+    # The job's identity: what runs and on which bytes (not where the controller keeps its copies).
+    identity_fields = {k: v for k, v in plan.items() if k != "copies"}
+    identity = hashlib.sha256(json.dumps(identity_fields, sort_keys=True).encode()).hexdigest()[:12]
     plan["job_id"] = f"rollout8-{spec.name}-{identity}"
     text = json.dumps(plan, indent=2, sort_keys=True) + "\n"
     plan_file = out / PLAN_FILE

@@ -64,6 +64,24 @@ def node_image(house: Path) -> str:
     return image
 
 
+def train_image(wheel: Path) -> str:
+    """The docker-runtime training image of the tests: the node image plus the bundle wheel (offline install)."""
+    import hashlib
+
+    base = node_image(wheelhouse())
+    key = hashlib.sha256(wheel.read_bytes()).hexdigest()[:12]
+    image = f"rollout8/sim-train:{key}"
+    if docker_ok("image", "inspect", image):
+        return image
+    builder = f"rollout8-sim-train-build-{key}"
+    sh("docker", "rm", "-f", builder, check=False, capture=True)
+    sh("docker", "run", "--name", builder, "--network", "none", "-v", f"{wheel.resolve()}:/tmp/{wheel.name}:ro", base,
+       "/opt/rollout8/venv/bin/pip", "install", "-q", "--no-index", "--no-deps", f"/tmp/{wheel.name}", capture=True)
+    sh("docker", "commit", "-c", 'CMD ["sleep", "infinity"]', builder, image, capture=True)
+    sh("docker", "rm", builder, capture=True)
+    return image
+
+
 def up() -> str:
     sh("bash", "scripts/make-base-image.sh")
     image = node_image(wheelhouse())
