@@ -101,3 +101,17 @@ def test_zero_denominator_gives_no_ratio(harness):
     assert "a/b" in harness.table(rows) and " - " not in harness.table(rows).splitlines()[0]
     with pytest.raises(harness.BenchError, match="'a' is str"):
         harness.check_rows("z", [{"name": "n", "a_label": "a", "a": "1", "b_label": "b", "b": 1.0, "unit": "s"}])
+
+
+def test_benchmark_without_rows_is_skipped_not_failed(harness, tmp_path, capsys):
+    bench_dir = tmp_path / "bench"
+    _write(bench_dir, "fake", FAKE)
+    _write(bench_dir, "absent", "def bench(work_dir):\n    print('engine venv absent')\n    return []\n")
+    out = tmp_path / "latest.json"
+    code = harness.main(["--bench-dir", str(bench_dir), "--out", str(out)])
+    results = json.loads(out.read_text())
+    assert code == 0 and results["errors"] == {}
+    assert results["skipped"] == ["absent"]
+    assert "bench_absent: skipped" in capsys.readouterr().out
+    _write(bench_dir, "broken", "def bench(work_dir):\n    return {'not': 'a list'}\n")
+    assert harness.main(["--bench-dir", str(bench_dir), "--only", "broken", "--out", str(out)]) == 1
