@@ -47,6 +47,7 @@ NOT_DETECTED = "flash_rl config not detected."
 SKIPPED = "Skipping the patching of vllm"
 BAD = (
     "Torch not compiled with CUDA enabled",
+    "Found no NVIDIA driver",  # the same trap on a CUDA build of torch without a GPU (FlashRL's torch.cuda calls)
     "quantization is currently not supported in npu",
     "Error patching vllm LLM",
     "flash_rl only supports vllm v1",

@@ -87,6 +87,18 @@ def test_cuda_failure_is_an_error(emitted, tmp_path, capsys):
     assert bad["rank"] == 3 and bad["status"] == "error" and "Torch not compiled with CUDA enabled" in bad["reason"]
 
 
+def test_cuda_driver_failure_is_an_error(emitted, tmp_path, capsys):
+    # What FlashRL's unpatched quantizer raises on a CUDA build of torch without a GPU (seen in the engine tier).
+    text = (emitted / "rank3.log").read_text()
+    assert "Torch not compiled with CUDA enabled" in text
+    variant = tmp_path / "rank3-driver.log"
+    variant.write_text(text.replace("Torch not compiled with CUDA enabled", "Found no NVIDIA driver on your system."))
+    ray_session(tmp_path / "s", {101: ("WorkerDict", emitted / "rank0.log"), 104: ("WorkerDict", variant)})
+    rc, report = run_logs(tmp_path / "s", capsys)
+    assert rc == 1 and report["ranks"][1]["status"] == "error"
+    assert "Found no NVIDIA driver" in report["ranks"][1]["reason"]
+
+
 def test_worker_that_never_saw_the_config(emitted, tmp_path, capsys):
     ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank0.log"), 105: ("WorkerDict", emitted / "noconfig.log"),
                            106: ("TaskRunner", emitted / "noconfig.log")})
