@@ -109,3 +109,12 @@ def test_stopped_worker_fails_fast_naming_it_then_rerun_converges(sim_cluster: C
     rerun = sim_cluster.playbook("-e", "rollout8_relaunch=true")
     assert rerun.rc == 0, rerun.output[-4000:]
     assert "smoke job GREEN on all 3 nodes" in rerun.output
+
+
+def test_limit_without_cached_facts_is_refused_before_touching_nodes(sim_cluster: Cluster, tmp_path):
+    """--limit leaves hosts out; without their cached facts the head's address is unknown: refuse, name them."""
+    cold = Cluster(spec=sim_cluster.spec, work=sim_cluster.work, facts=tmp_path / "no-facts", wheel=sim_cluster.wheel)
+    run = cold.playbook("--limit", "rollout8-sim-w1")
+    assert run.rc != 0
+    assert re.search(r"--limit leaves out rollout8-sim-head, and no facts of rollout8-sim-head are cached", run.output)
+    assert "Gathering Facts" not in run.output and "TASK [preflight" not in run.output
