@@ -1,0 +1,68 @@
+"""The cluster smoke job's per-node judgement (the Ray side runs in tests/cluster)."""
+
+from __future__ import annotations
+
+from rollout8.smoke_job import artifact_checksums, judge_node, parse_activation
+
+CFG = "/var/lib/rollout8/runs/x/flashrl.yaml"
+PLAN = {"flashrl": True, "accelerator": "cpu", "quantization": "int8",
+        "node_paths": {"flashrl": CFG, "profile": "/r/profile.pt"}, "sha256": {"profile": "aa"}}
+
+
+def report(env=None, sums=None, fields=None, rc=0, vq_max=0):
+    return {
+        "hostname": "n1",
+        "env": {} if env is None else env,
+        "checksums": {"profile": "aa"} if sums is None else sums,
+        "activation": {"returncode": rc, "fields": {"config": CFG, "vllm_hooked": "no-vllm"} if fields is None
+                       else fields, "tail": []},
+        "verify_quant": {"returncode": 0 if vq_max <= 1 else 1,
+                         "report": {"passed": vq_max <= 1, "summary": {"max_lsb": vq_max}}, "tail": []},
+    }
+
+
+def checks(rep, plan=PLAN, head=None):
+    return {name: ok for name, ok, _ in judge_node(rep, plan, {"profile": "aa"} if head is None else head)}
+
+
+def test_all_green():
+    assert checks(report(env={"FLASHRL_CONFIG": CFG})) == {
+        "env": True, "artifacts": True, "activation": True, "verify-quant": True}
+
+
+def test_flashrl_config_missing_in_worker_is_red():
+    assert checks(report(env={}))["env"] is False
+
+
+def test_wrong_config_path_is_red():
+    assert checks(report(env={"FLASHRL_CONFIG": "flashrl.yaml"}))["env"] is False
+
+
+def test_checksum_differs_from_head_or_controller():
+    assert checks(report(env={"FLASHRL_CONFIG": CFG}, sums={"profile": "bb"}))["artifacts"] is False
+    assert checks(report(env={"FLASHRL_CONFIG": CFG}, sums={"profile": "bb"}), head={"profile": "bb"})[
+        "artifacts"] is False  # the head agrees but the controller's checksum does not
+
+
+def test_no_vllm_is_only_accepted_on_cpu():
+    npu = dict(PLAN, accelerator="npu")
+    assert checks(report(env={"FLASHRL_CONFIG": CFG}), plan=npu)["activation"] is False
+    hooked = {"config": CFG, "vllm_hooked": "yes"}
+    assert checks(report(env={"FLASHRL_CONFIG": CFG}, fields=hooked), plan=npu)["activation"] is True
+
+
+def test_quantization_beyond_one_lsb_is_red():
+    assert checks(report(env={"FLASHRL_CONFIG": CFG}, vq_max=2))["verify-quant"] is False
+
+
+def test_parse_activation_line():
+    line = "2026 INFO rollout8: flash_rl activation: config=/a/b.yaml fn=int8 vllm_hooked=no-vllm pid=7"
+    assert parse_activation("x\n" + line)["vllm_hooked"] == "no-vllm"
+    assert parse_activation("nothing") is None
+
+
+def test_artifact_checksums(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a.bin").write_bytes(b"x")
+    sums = artifact_checksums({"bf16": str(tmp_path / "m"), "gone": str(tmp_path / "nope")})
+    assert sums["gone"] == "missing" and len(sums["bf16/a.bin"]) == 64
