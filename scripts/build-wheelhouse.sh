@@ -3,14 +3,15 @@
 #   OUT (default .cache/wheelhouse)   PY (default .venv/bin/python)
 # Nodes install from it with `pip install --no-index --find-links DIR -r DIR/requirements.txt`, then
 # `--no-deps -r DIR/requirements-nodeps.txt`.
-# Versions come from versions.lock.yaml (ray, flash-llm-rl) and from the CPU test pin of torch;
+# Versions come from versions.lock.yaml (ray, flash-llm-rl) and from the venv's CPU torch;
 # the directory is keyed by the content of requirements.txt, so a re-run with the same pins is a no-op.
 # Prints the wheelhouse directory on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-.cache/wheelhouse}
-TORCH_CPU=${TORCH_CPU:-2.13.0}   # the CPU test pin (stack-facts.md); the image pins its own torch from the lock
+# torch: the CPU build the dev/test venv has (scripts/dev-env.sh pins it); the image pins its own torch from the lock.
+TORCH_CPU=${TORCH_CPU:-$("$PY" -c "from importlib.metadata import version; print(version('torch').split('+')[0])")}
 mkdir -p "$OUT"
 req=$(mktemp)
 "$PY" - "$TORCH_CPU" >"$req" <<'PYEOF'
