@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lock": ("rollout8.lock", "print the version lock, or emit it as docker build args / env / markdown"),
     "patches": ("rollout8.patches", "apply or check the bundle's patches on a source tree or site-packages"),
     "make-test-model": ("rollout8.testmodels", "write a tiny Qwen2 bf16 model and its W8A8 twin (no hub access)"),
+    "make-test-data": ("rollout8.testdata", "write a tiny GSM8K-shaped dataset in verl's parquet layout"),
     "profile": ("rollout8.profile", "compute the FlashRL int8 profile, streaming both checkpoints layer by layer"),
     "setup": ("rollout8.flashrl_config", "write the FlashRL config YAML (int8, bf16 or hybrid) with absolute paths"),
     "check": ("rollout8.check", "refuse a run spec that would fail or silently not run int8, before launch"),

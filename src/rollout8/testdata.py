@@ -1,0 +1,71 @@
+"""`rollout8 make-test-data -o DIR`: a tiny GSM8K-shaped dataset in verl's parquet layout (no hub access).
+
+The columns are the ones verl's GSM8K preprocessing writes and its RL dataset and reward manager read:
+`data_source`, `prompt` (a chat: list of {role, content}), `ability`, `reward_model` {style, ground_truth}
+and `extra_info` {split, index, answer, question}. The questions are generated arithmetic with known answers,
+so a reward function can score them; the demo and the tests use them, real runs use the real datasets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+from .errors import Rollout8Error
+
+DATA_SOURCE = "openai/gsm8k"  # what verl's default reward function dispatches on for GSM8K-style answers
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+
+
+def _rows(split: str, count: int, rng: random.Random) -> list[dict]:
+    rows = []
+    for index in range(count):
+        a, b, c = rng.randint(2, 40), rng.randint(2, 40), rng.randint(2, 9)
+        question = f"Sam has {a} apples and buys {b} more, then shares them with {c} friends and keeps the rest " \
+                   f"for himself. How many apples did Sam have before sharing?"
+        answer = str(a + b)
+        rows.append({
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": split, "index": index, "answer": f"{a} + {b} = {answer}\n#### {answer}",
+                           "question": question},
+        })
+    return rows
+
+
+def make_dataset(out_dir: str | Path, n_train: int = 12, n_val: int = 6, seed: int = 0) -> dict[str, Path]:
+    """Write DIR/train.parquet and DIR/val.parquet; deterministic for a seed. Returns the two paths."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise Rollout8Error("make-test-data needs pyarrow (pip install pyarrow)") from exc
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    paths = {}
+    for split, count in (("train", n_train), ("val", n_val)):
+        path = out / f"{split}.parquet"
+        tmp = path.with_suffix(".parquet.tmp")
+        pq.write_table(pa.Table.from_pylist(_rows(split, count, rng)), tmp)
+        tmp.replace(path)
+        paths[split] = path
+    return paths
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", required=True, type=Path, help="directory for train.parquet and val.parquet")
+    parser.add_argument("--train", type=int, default=12, help="training rows (default 12)")
+    parser.add_argument("--val", type=int, default=6, help="validation rows (default 6)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.train < 1 or args.val < 1:
+        raise Rollout8Error("--train and --val must be at least 1")
+    for split, path in make_dataset(args.output, args.train, args.val, args.seed).items():
+        print(f"{split}: {path}")
+    return 0
