@@ -30,6 +30,8 @@ def playbook(work: Path, spec: Path, image: str, tarball: Path, *extra: str, nam
     args = {"rollout8_run_spec": str(spec), "rollout8_work_dir": str(work), "rollout8_runtime": "docker",
             "rollout8_job_kind": "smoke", "rollout8_image": image, "rollout8_image_tarball": str(tarball),
             "rollout8_container_name": CONTAINER, "rollout8_container_shm_size": "512m", "rollout8_home": HOME,
+            # the test image keeps its Python in a venv; the real image uses the default /usr/local/bin
+            "rollout8_container_bin": "/opt/rollout8/venv/bin",
             "rollout8_ray_port": 26379, "rollout8_ray_dashboard_port": 28265, "rollout8_ray_num_cpus": 1,
             "rollout8_ray_object_store_bytes": 100000000, "rollout8_preflight_min_disk_gb": 1,
             "rollout8_preflight_min_shm_gb": 0.25, "rollout8_job_timeout_s": 600, "rollout8_job_poll_s": 5,
@@ -71,6 +73,15 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
                                             check=True).stdout)[0]
         assert inspect["HostConfig"]["NetworkMode"] == "host"
         assert f"FLASHRL_CONFIG={ROOT}/flashrl.yaml" in inspect["Config"]["Env"]
+
+        # The accept-npu tag runs the NPU acceptance suite in the training container. The real image ships the
+        # script (docker/Dockerfile's bundle stage); this test image gets it by docker cp. No NPU here: the play
+        # must fail and say so (exit 3), never pass.
+        subprocess.run(["docker", "exec", CONTAINER, "mkdir", "-p", "/opt/rollout8/scripts"], check=True)
+        subprocess.run(["docker", "cp", str(REPO / "scripts" / "accept-npu.sh"),
+                        f"{CONTAINER}:/opt/rollout8/scripts/accept-npu.sh"], check=True)
+        rc, out = playbook(work, spec, image, tarball, "--tags", "accept-npu")
+        assert rc != 0 and "no Ascend NPU on localhost (exit 3)" in out, out[-3000:]
         rc, out = playbook(work, spec, image, tarball, "-e", "rollout8_reset_confirmed=true", name="reset.yml")
         assert rc == 0, out[-3000:]
         gone = subprocess.run(["docker", "inspect", CONTAINER], capture_output=True)

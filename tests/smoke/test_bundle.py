@@ -95,3 +95,14 @@ def test_image_records(in_image, lock):
         assert (Path("/opt/rollout8") / rel).is_dir(), f"/opt/rollout8/{rel} missing"
     assert not Path("/run/secrets/ca_bundle").exists(), "the build's CA bundle secret leaked into the image"
     assert installed_version("pytest") == lock.pypi["pytest"]
+
+
+def test_entry_points_where_ansible_calls_them(in_image):
+    """The docker runtime of ansible/ runs `docker exec <container> {rollout8_container_bin}/{python,ray,rollout8}`
+    with rollout8_container_bin=/usr/local/bin by default: the image must have all three there."""
+    names = ["python", "rollout8"]
+    if installed_version("ray") is not None:  # the real stack installs ray; the CI stand-in stack has none
+        names.append("ray")
+    for name in names:
+        path = Path("/usr/local/bin") / name
+        assert path.exists() and os.access(path, os.X_OK), f"{path} missing: the Ansible docker runtime calls it"
