@@ -21,6 +21,10 @@ $(VENV)/.installed: pyproject.toml scripts/dev-env.sh
 .PHONY: venv
 venv: $(VENV)/.installed ## create the CPU development/test environment in .venv
 
+.PHONY: sysdeps
+sysdeps: ## install the system packages the demo and tests need (Debian/Ubuntu, root) and start dockerd
+	bash scripts/ci-setup.sh
+
 # ---------------------------------------------------------------- quality
 .PHONY: lint
 lint: venv ## ruff, yamllint, hadolint, ansible-lint (production profile) and ansible-playbook --syntax-check
@@ -31,13 +35,13 @@ lint: venv ## ruff, yamllint, hadolint, ansible-lint (production profile) and an
 	cd ansible && for p in train.yml reset.yml; do $(CURDIR)/$(VENV)/bin/ansible-playbook --syntax-check -i inventory/sample/hosts.ini $$p || exit 1; done
 
 .PHONY: test
-test: venv ## run the whole test suite on this machine (CPU; starts Docker if needed)
+test: sysdeps venv ## run the whole test suite on this machine (CPU; starts Docker if needed)
 	bash scripts/run-tests.sh $(PYTEST_ARGS)
 
 # ---------------------------------------------------------------- simulated cluster (tests/cluster)
 SIM_WORK ?= .cache/cluster/demo
 .PHONY: demo
-demo: venv ## build the simulated 3-node cluster, run ansible/train.yml on it (tiny CPU run, smoke job), print the verdict
+demo: sysdeps venv ## build the simulated 3-node cluster, run ansible/train.yml on it (tiny CPU run, smoke job), print the verdict
 	$(PY) tests/cluster/simcluster.py up > .cache/cluster-demo-spec.txt
 	cd ansible && ANSIBLE_CACHE_PLUGIN_CONNECTION=$(CURDIR)/$(SIM_WORK)/facts PATH=$(CURDIR)/$(VENV)/bin:$$PATH \
 	  ansible-playbook -i ../tests/cluster/inventory/hosts.ini train.yml \

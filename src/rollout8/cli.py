@@ -22,12 +22,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("rollout8.flashrl_config", "write the FlashRL config YAML (int8, bf16 or hybrid) with absolute paths"),
     "check": ("rollout8.check", "refuse a run spec that would fail or silently not run int8, before launch"),
     "render": ("rollout8.render", "render a run spec into the FlashRL YAML, env file and verl command line"),
-    "verify-quant": ("rollout8.verify_quant", "quantize bf16 weights with a profile and compare with the int8 checkpoint"),
+    "verify-quant": ("rollout8.verify_quant", "apply a profile to bf16 weights and compare with the int8 checkpoint"),
     "logs": ("rollout8.logs", "verdict per rollout rank from Ray/verl/FlashRL logs: did int8 really run?"),
     "convert": ("rollout8.convert", "convert a compressed-tensors W8A8 model to the vllm-ascend W8A8_DYNAMIC layout"),
     "report": ("rollout8.report", "bf16 vs int8 report (HTML + PNG) from verl training logs"),
     "plan": ("rollout8.deploy_plan", "the deployment plan for Ansible: artifacts to copy, node env, Ray job (JSON)"),
-    "smoke-job": ("rollout8.smoke_job", "the cluster smoke job: per-node proof that config, artifacts and patch are in place"),
+    "smoke-job": ("rollout8.smoke_job", "cluster smoke job: per-node proof that config, artifacts and patch are there"),
     "doctor": ("rollout8.doctor", "check this node before deployment (JSON report, fixed exit codes)"),
 }
 
