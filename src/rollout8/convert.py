@@ -53,9 +53,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +67,7 @@ from .quant_layout import (
     W8A8_DYNAMIC,
     open_quantized,
 )
+from .staging import staged_dir
 
 MANIFEST_FILE = "rollout8-convert.json"
 CONVERTER_VERSION = "1"
@@ -212,9 +211,7 @@ def convert_to_ascend(int8_dir: str | Path, out_dir: str | Path, *, round_scales
     linear_like = _linear_like_prefixes(ckpt.names())
     check_fused_consistency(set(quantized), linear_like | set(quantized), where)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
+    with staged_dir(out, prefix=f".{out.name}.partial-") as tmp:
         shards = sorted({i.file for i in ckpt.tensors.values()})
         weight_map: dict[str, str] = {}
         total = 0
@@ -267,14 +264,6 @@ def convert_to_ascend(int8_dir: str | Path, out_dir: str | Path, *, round_scales
             progress("verifying: dequantized weights of every linear against the source")
             compare_dequantized(src, tmp, exact=not round_scales)
             result.verified = True
-        for path in [tmp, *tmp.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return result
 
 

@@ -23,14 +23,13 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelError
+from .staging import staged_dir
 
 BUILDER_VERSION = "1"  # bump when the output of a given (preset, seed, overrides) changes
 
@@ -393,19 +392,9 @@ def make_pair(out_dir: str | Path, preset: str = "tiny", seed: int = 0, progress
     if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp and pair.bf16.is_dir() \
             and pair.int8.is_dir():
         return pair
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".testmodel-", dir=out.parent))
-    try:
+    with staged_dir(out, prefix=".testmodel-") as tmp:
         build(tmp / "bf16", tmp / "int8", shape, seed, progress=progress)
         (tmp / "testmodel.json").write_text(json.dumps(stamp, indent=2) + "\n")
-        for path in [tmp, *tmp.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return pair
 
 
