@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +17,7 @@ sys.path.insert(0, str(HERE))
 
 import simcluster  # noqa: E402
 
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+RECAP, Run = simcluster.RECAP, simcluster.Run  # re-exported for the tests
 
 
 def docker_available() -> str | None:
@@ -31,18 +28,6 @@ def docker_available() -> str | None:
 
 
 @dataclass
-class Run:
-    rc: int
-    output: str
-    seconds: float
-
-    def recap(self) -> dict[str, dict[str, int]]:
-        tail = self.output.rsplit("PLAY RECAP", 1)[-1]
-        return {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
-                for m in RECAP.findall(tail)}
-
-
-@dataclass
 class Cluster:
     spec: Path
     work: Path
@@ -50,16 +35,8 @@ class Cluster:
     wheel: Path
 
     def playbook(self, *args: str, playbook: str = "train.yml", timeout: int = 900) -> Run:
-        env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.facts), ANSIBLE_FORCE_COLOR="0",
-                   ANSIBLE_NOCOLOR="1", PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
-        cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(simcluster.INVENTORY), playbook,
-               "-e", f"rollout8_run_spec={self.spec}", "-e", f"rollout8_work_dir={self.work}",
-               "-e", f"rollout8_bundle_wheel={self.wheel}", *args]
-        start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True, timeout=timeout)
-        run = Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
-        (self.work / "last-playbook.log").write_text(run.output)
-        return run
+        return simcluster.run_playbook(simcluster.INVENTORY, self.spec, self.work, self.facts, self.wheel, *args,
+                                       playbook=playbook, timeout=timeout)
 
     def node(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "exec", name, *cmd], capture_output=True, text=True, check=check)

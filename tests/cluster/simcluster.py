@@ -12,8 +12,12 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -24,6 +28,37 @@ NETWORK = "rollout8-sim"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 LABEL = "rollout8.sim=1"
 INVENTORY = REPO / "tests" / "cluster" / "inventory" / "hosts.ini"
+ANSIBLE_DIR = REPO / "ansible"
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+@dataclass
+class Run:
+    """One ansible-playbook run: exit code, output, wall time."""
+
+    rc: int
+    output: str
+    seconds: float
+
+    def recap(self) -> dict[str, dict[str, int]]:
+        tail = self.output.rsplit("PLAY RECAP", 1)[-1]
+        return {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
+                for m in RECAP.findall(tail)}
+
+
+def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, wheel: Path, *args: str,
+                 playbook: str = "train.yml", timeout: int = 900) -> Run:
+    """ansible-playbook from .venv against the simulated cluster, as `make demo` runs it (bounded by timeout)."""
+    env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_NOCOLOR="1", PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
+    cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), playbook,
+           "-e", f"rollout8_run_spec={spec}", "-e", f"rollout8_work_dir={work}",
+           "-e", f"rollout8_bundle_wheel={wheel}", *args]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True, timeout=timeout)
+    run = Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+    (work / "last-playbook.log").write_text(run.output)
+    return run
 
 
 def sh(*args: str, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:

@@ -1,0 +1,89 @@
+"""`ansible-playbook train.yml` wall time on 1, 2 and 3 simulated nodes: the first converge from fresh nodes and
+the no-change re-run (how the cost grows with the number of nodes).
+
+Each size starts from fresh containers (tests/cluster/simcluster.py `down` then `up`: images and wheelhouse are
+cached, the nodes are new), an inventory of the head plus the first N-1 workers, and the tests' run spec
+(configs/runs/tiny-cpu.yaml with its own deploy root) with `cluster.nnodes: N`. The job is the cluster smoke job.
+A run that fails, or a re-run that changes anything, is an error, not a number. Needs a Docker engine (returns no
+rows, with the reason printed, without one); about 3 minutes per size on 2 cores. The cluster is removed after.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "cluster"))
+SIZES = (1, 2, 3)
+
+
+def _inventory(path: Path, nodes: list[str]) -> Path:
+    """The simulated cluster's inventory with the head and the first N-1 workers only."""
+    import simcluster
+
+    original = simcluster.INVENTORY.read_text()
+    head, workers = nodes[0], nodes[1:]
+    path.write_text(f"[head]\n{head}\n\n[workers]\n" + "".join(f"{w}\n" for w in workers) + "\n"
+                    + original[original.index("[cluster:children]"):])
+    return path
+
+
+def _spec(base: Path, out: Path, nnodes: int) -> Path:
+    spec = yaml.safe_load(base.read_text())
+    spec["cluster"]["nnodes"] = nnodes
+    # batch sizes that divide on 2, 4 and 6 ranks (the base spec's fit 3 nodes x 2 only; `rollout8 check` says so)
+    spec["verl"]["data.train_batch_size"] = 12
+    spec["verl"]["actor_rollout_ref.actor.ppo_mini_batch_size"] = 12
+    # relative model/data paths of the base spec are relative to its directory
+    for section in ("model", "data"):
+        for key, value in spec[section].items():
+            if key in ("bf16", "int8", "profile", "train", "val") and not str(value).startswith("/"):
+                spec[section][key] = str((base.parent / value).resolve())
+    out.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return out
+
+
+def bench(work_dir: Path) -> list[dict]:
+    import simcluster
+
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        print("bench_cluster: no running Docker engine (bash scripts/ensure-docker.sh): skipped")
+        return []
+    base_spec = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
+    simcluster.wheelhouse()  # built (or found) before any timing; the bundle wheel comes from it
+    wheel = simcluster.bundle_wheel()
+    rows, first = [], {}
+    try:
+        for n in SIZES:
+            simcluster.down()
+            simcluster.up()
+            work = work_dir / f"{n}-nodes"
+            work.mkdir()
+            inventory = _inventory(work / "hosts.ini", list(simcluster.NODES[:n]))
+            spec = _spec(base_spec, work / "run.yaml", n)
+            runs = []
+            for attempt in ("first converge", "no-change re-run"):
+                run = simcluster.run_playbook(inventory, spec, work, work / "facts", wheel)
+                if run.rc != 0:
+                    raise RuntimeError(f"{n} node(s), {attempt}: train.yml failed (rc {run.rc}); log in "
+                                       f"{work / 'last-playbook.log'}")
+                runs.append(run)
+            changed = {host: r["changed"] for host, r in runs[1].recap().items() if r["changed"]}
+            if changed:
+                raise RuntimeError(f"{n} node(s): the re-run changed {changed}: not idempotent")
+            first[n] = runs[0].seconds
+            print(f"bench_cluster: {n} node(s): {runs[0].seconds:.0f} s first, {runs[1].seconds:.0f} s re-run",
+                  flush=True)
+            rows.append({"name": f"train.yml on {n} node(s)", "a_label": "first converge", "a": runs[0].seconds,
+                         "b_label": "no-change re-run", "b": runs[1].seconds, "unit": "s"})
+    finally:
+        simcluster.down()
+    rows.append({"name": "first converge, growth with nodes", "a_label": f"{SIZES[-1]} nodes",
+                 "a": first[SIZES[-1]], "b_label": "1 node", "b": first[1], "unit": "s",
+                 "note": "ratio near 1: per-node work runs in parallel (Ansible forks)"})
+    return rows
