@@ -52,6 +52,7 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
     image = simcluster.train_image(simcluster.bundle_wheel())
     tarball = REPO / ".cache" / "cluster" / f"{image.replace('/', '_').replace(':', '_')}.tar"
     if not tarball.is_file():
+        tarball.parent.mkdir(parents=True, exist_ok=True)  # a fresh checkout has no .cache/cluster yet
         subprocess.run(["docker", "save", "-o", f"{tarball}.part", image], check=True)
         os.replace(f"{tarball}.part", tarball)
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
