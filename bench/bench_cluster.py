@@ -23,9 +23,10 @@ SIZES = (1, 2, 3)
 
 
 def _inventory(path: Path, nodes: list[str]) -> Path:
-    """The simulated cluster's inventory with the head and the first N-1 workers only."""
+    """The simulated cluster's inventory (hosts.ini and its group_vars) with the head and the first N-1 workers."""
     import simcluster
 
+    shutil.copytree(simcluster.INVENTORY.parent / "group_vars", path.parent / "group_vars", dirs_exist_ok=True)
     original = simcluster.INVENTORY.read_text()
     head, workers = nodes[0], nodes[1:]
     path.write_text(f"[head]\n{head}\n\n[workers]\n" + "".join(f"{w}\n" for w in workers) + "\n"
