@@ -12,12 +12,11 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-ANSIBLE_DIR = REPO / "ansible"
 sys.path.insert(0, str(HERE))
 
 import simcluster  # noqa: E402
 
-RECAP, Run = simcluster.RECAP, simcluster.Run  # re-exported for the tests
+ANSIBLE_DIR, RECAP, Run = simcluster.ANSIBLE_DIR, simcluster.RECAP, simcluster.Run  # re-exported for the tests
 
 
 def docker_available() -> str | None:

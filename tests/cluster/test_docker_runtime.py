@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import simcluster
-from conftest import ANSIBLE_DIR, REPO, docker_available
+from conftest import REPO, docker_available
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
@@ -25,9 +25,7 @@ ROOT = "/tmp/r8d-runs/tiny-cpu-docker"
 
 
 def playbook(work: Path, spec: Path, image: str, tarball: Path, *extra: str, name: str = "train.yml"):
-    env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / "facts"), ANSIBLE_NOCOLOR="1",
-               PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
-    args = {"rollout8_run_spec": str(spec), "rollout8_work_dir": str(work), "rollout8_runtime": "docker",
+    args = {"rollout8_runtime": "docker",
             "rollout8_job_kind": "smoke", "rollout8_image": image, "rollout8_image_tarball": str(tarball),
             "rollout8_container_name": CONTAINER, "rollout8_container_shm_size": "512m", "rollout8_home": HOME,
             # the test image keeps its Python in a venv; the real image uses the default /usr/local/bin
@@ -37,11 +35,10 @@ def playbook(work: Path, spec: Path, image: str, tarball: Path, *extra: str, nam
             "rollout8_preflight_min_shm_gb": 0.25, "rollout8_job_timeout_s": 600, "rollout8_job_poll_s": 5,
             "ansible_python_interpreter": sys.executable}
     inventory = REPO / "tests" / "cluster" / "inventory-docker" / "hosts.ini"
-    cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), name, "-e", json.dumps(args), *extra]
-    proc = subprocess.run(cmd, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    (work / f"{name}.log").write_text(out)
-    return proc.returncode, out
+    run = simcluster.run_playbook(inventory, spec, work, work / "facts", simcluster.bundle_wheel(),
+                                  "-e", json.dumps(args), *extra, playbook=name)
+    (work / f"{name}.log").write_text(run.output)
+    return run.rc, run.output
 
 
 def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
