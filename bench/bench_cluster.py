@@ -34,17 +34,15 @@ def _inventory(path: Path, nodes: list[str]) -> Path:
     return path
 
 
-def _spec(base: Path, out: Path, nnodes: int) -> Path:
+def _spec(base: Path, nnodes: int) -> Path:
+    """The base spec with `cluster.nnodes: N`, written beside it so its relative paths keep pointing at the same
+    artifacts."""
     spec = yaml.safe_load(base.read_text())
     spec["cluster"]["nnodes"] = nnodes
     # batch sizes that divide on 2, 4 and 6 ranks (the base spec's fit 3 nodes x 2 only; `rollout8 check` says so)
     spec["verl"]["data.train_batch_size"] = 12
     spec["verl"]["actor_rollout_ref.actor.ppo_mini_batch_size"] = 12
-    # relative model/data paths of the base spec are relative to its directory
-    for section in ("model", "data"):
-        for key, value in spec[section].items():
-            if key in ("bf16", "int8", "profile", "train", "val") and not str(value).startswith("/"):
-                spec[section][key] = str((base.parent / value).resolve())
+    out = base.parent / f"bench-{nnodes}-nodes.yaml"
     out.write_text(yaml.safe_dump(spec, sort_keys=False))
     return out
 
@@ -66,7 +64,7 @@ def bench(work_dir: Path) -> list[dict]:
             work = work_dir / f"{n}-nodes"
             work.mkdir()
             inventory = _inventory(work / "hosts.ini", list(simcluster.NODES[:n]))
-            spec = _spec(base_spec, work / "run.yaml", n)
+            spec = _spec(base_spec, n)
             runs = []
             for attempt in ("first converge", "no-change re-run"):
                 run = simcluster.run_playbook(inventory, spec, work, work / "facts", wheel)
