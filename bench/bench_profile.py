@@ -34,8 +34,8 @@ def bench(work_dir: Path) -> list[dict]:
     import torch
 
     from rollout8.peak_memory import measure
-    from rollout8.profile import flashrl_profile_command, profile_differences
-    from rollout8.testmodels import cached_pair
+    from rollout8.quant.profile import flashrl_profile_command, profile_differences
+    from rollout8.quant.testmodels import cached_pair
 
     cache = Path(os.environ.get("ROLLOUT8_TESTMODEL_CACHE") or REPO / ".cache" / "testmodels")
     if str(cache) == "0":

@@ -1,4 +1,4 @@
-"""Online int8 requantization on CPU, in GB/s: FlashRL's quantizer (patched) vs rollout8.quantmath vs a plain copy.
+"""Online int8 requantization on CPU, in GB/s: FlashRL's quantizer (patched) vs rollout8.quant.quantmath vs a plain copy.
 
 At every weight sync FlashRL turns each bf16 linear weight into int8: round(W * output_scale * input_scale),
 clamped to [-128, 127]. The work reads the bf16 weight once, so a plain `copy_` of the same bf16 tensor is the
@@ -10,7 +10,7 @@ rounds, the contenders interleaved within each round).
   in a scratch directory with
   `rollout8 patches apply --component flash_rl` (as shipped it calls torch.cuda.current_device() and fails on
   CPU; the harness records that error in the row's note).
-- rollout8: `rollout8.quantmath.apply_entry`, the same arithmetic used by profile/verify-quant.
+- rollout8: `rollout8.quant.quantmath.apply_entry`, the same arithmetic used by profile/verify-quant.
 - in-place: the same operations in the same order on one float32 buffer (`w.float().mul_().mul_().round_()
   .clamp_()`), a reference for how much of the gap to the copy bound is allocation of temporaries.
 All outputs are checked equal before any time is reported.
@@ -93,7 +93,7 @@ def _gbps(contenders: dict, nbytes: int) -> dict[str, float]:
 def bench(work_dir: Path) -> list[dict]:
     import torch
 
-    from rollout8 import quantmath
+    from rollout8.quant import quantmath
 
     site, origin = _flashrl_tree(work_dir)
     shipped = _load(site / "flash_rl" / "flash_quantization.py", "_flashrl_shipped_quantization")
@@ -125,7 +125,7 @@ def bench(work_dir: Path) -> list[dict]:
 
         for other_label, other in (("patched FlashRL", theirs), ("the in-place chain", in_place())):
             if not torch.equal(ours, other):
-                raise AssertionError(f"{label}: rollout8.quantmath and {other_label} disagree "
+                raise AssertionError(f"{label}: rollout8.quant.quantmath and {other_label} disagree "
                                      f"({(ours != other).sum().item()} entries)")
         dst = torch.empty_like(weight)
         nbytes = weight.numel() * weight.element_size()
@@ -139,9 +139,9 @@ def bench(work_dir: Path) -> list[dict]:
         rows += [
             {"name": f"int8 requant {label}", "a_label": "FlashRL (patched)", "a": flashrl,
              "b_label": "bf16 copy", "b": copy, "unit": "GB/s", "note": f"{shipped_note} (from {origin})"},
-            {"name": f"int8 requant {label}", "a_label": "rollout8.quantmath", "a": rollout8,
+            {"name": f"int8 requant {label}", "a_label": "rollout8.quant.quantmath", "a": rollout8,
              "b_label": "bf16 copy", "b": copy, "unit": "GB/s"},
-            {"name": f"int8 requant {label}", "a_label": "rollout8.quantmath", "a": rollout8,
+            {"name": f"int8 requant {label}", "a_label": "rollout8.quant.quantmath", "a": rollout8,
              "b_label": "FlashRL (patched)", "b": flashrl, "unit": "GB/s", "note": "outputs equal"},
             {"name": f"int8 requant {label}", "a_label": "in-place float32 chain", "a": inplace,
              "b_label": "FlashRL (patched)", "b": flashrl, "unit": "GB/s", "note": "outputs equal; headroom"},

@@ -9,5 +9,5 @@ cd "$(dirname "$0")/.."
 if [ -z "${ACCEPT_PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then ACCEPT_PYTHON=.venv/bin/python; else ACCEPT_PYTHON=python3; fi
 fi
-"$ACCEPT_PYTHON" -m rollout8.npu_accept || exit $?
+"$ACCEPT_PYTHON" -m rollout8.node.npu_accept || exit $?
 exec "$ACCEPT_PYTHON" -m pytest tests/npu -m npu -v -rA -p no:cacheprovider "$@"

@@ -16,8 +16,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # cache (a fresh tmp dir per session); any other value is used as the cache directory.
 @pytest.fixture(scope="session")
 def model_pair_factory(tmp_path_factory):
-    """Callable (preset="tiny", seed=0, **shape_overrides) -> rollout8.testmodels.ModelPair (.bf16, .int8)."""
-    from rollout8.testmodels import cached_pair
+    """Callable (preset="tiny", seed=0, **shape_overrides) -> rollout8.quant.testmodels.ModelPair (.bf16, .int8)."""
+    from rollout8.quant.testmodels import cached_pair
 
     setting = os.environ.get("ROLLOUT8_TESTMODEL_CACHE", "")
     if setting == "0":

@@ -1,6 +1,7 @@
 """The single console entry point: `rollout8 <command>`.
 
-Each command lives in its own module that defines `add_arguments(parser)` and `run(args) -> int`.
+Each command lives in its own module, rollout8/commands/<command>.py (dashes become underscores), which defines
+`add_arguments(parser)` and `run(args) -> int`.
 Modules are imported only when their command runs, so `rollout8 lock` does not pay for torch.
 """
 
@@ -12,24 +13,28 @@ import sys
 
 from .errors import Rollout8Error
 
-# command name -> (module, one-line help). Order is the order of `rollout8 --help`.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "lock": ("rollout8.lock", "print the version lock, or emit it as docker build args / env / markdown"),
-    "patches": ("rollout8.patches", "apply or check the bundle's patches on a source tree or site-packages"),
-    "make-test-model": ("rollout8.testmodels", "write a tiny Qwen2 bf16 model and its W8A8 twin (no hub access)"),
-    "make-test-data": ("rollout8.testdata", "write a tiny GSM8K-shaped dataset in verl's parquet layout"),
-    "profile": ("rollout8.profile", "compute the FlashRL int8 profile, streaming both checkpoints layer by layer"),
-    "setup": ("rollout8.flashrl_config", "write the FlashRL config YAML (int8, bf16 or hybrid) with absolute paths"),
-    "check": ("rollout8.check", "refuse a run spec that would fail or silently not run int8, before launch"),
-    "render": ("rollout8.render", "render a run spec into the FlashRL YAML, env file and verl command line"),
-    "verify-quant": ("rollout8.verify_quant", "apply a profile to bf16 weights and compare with the int8 checkpoint"),
-    "logs": ("rollout8.logs", "verdict per rollout rank from Ray/verl/FlashRL logs: did int8 really run?"),
-    "convert": ("rollout8.convert", "convert a compressed-tensors W8A8 model to the vllm-ascend W8A8_DYNAMIC layout"),
-    "report": ("rollout8.report", "bf16 vs int8 report (HTML + PNG) from verl training logs"),
-    "plan": ("rollout8.deploy_plan", "the deployment plan for Ansible: artifacts to copy, node env, Ray job (JSON)"),
-    "smoke-job": ("rollout8.smoke_job", "cluster smoke job: per-node proof that config, artifacts and patch are there"),
-    "doctor": ("rollout8.doctor", "check this node before deployment (JSON report, fixed exit codes)"),
+# command name -> one-line help (module: command_module(name)). Order is the order of `rollout8 --help`.
+COMMANDS: dict[str, str] = {
+    "lock": "print the version lock, or emit it as docker build args / env / markdown",
+    "patches": "apply or check the bundle's patches on a source tree or site-packages",
+    "make-test-model": "write a tiny Qwen2 bf16 model and its W8A8 twin (no hub access)",
+    "make-test-data": "write a tiny GSM8K-shaped dataset in verl's parquet layout",
+    "profile": "compute the FlashRL int8 profile, streaming both checkpoints layer by layer",
+    "setup": "write the FlashRL config YAML (int8, bf16 or hybrid) with absolute paths",
+    "check": "refuse a run spec that would fail or silently not run int8, before launch",
+    "render": "render a run spec into the FlashRL YAML, env file and verl command line",
+    "verify-quant": "apply a profile to bf16 weights and compare with the int8 checkpoint",
+    "logs": "verdict per rollout rank from Ray/verl/FlashRL logs: did int8 really run?",
+    "convert": "convert a compressed-tensors W8A8 model to the vllm-ascend W8A8_DYNAMIC layout",
+    "report": "bf16 vs int8 report (HTML + PNG) from verl training logs",
+    "plan": "the deployment plan for Ansible: artifacts to copy, node env, Ray job (JSON)",
+    "smoke-job": "cluster smoke job: per-node proof that config, artifacts and patch are there",
+    "doctor": "check this node before deployment (JSON report, fixed exit codes)",
 }
+
+
+def command_module(name: str) -> str:
+    return "rollout8.commands." + name.replace("-", "_")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rollout8 {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_module, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
@@ -54,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         top.print_help()
         return 2
     name, rest = argv[0], argv[1:]
-    module_name, help_text = COMMANDS[name]
+    module_name, help_text = command_module(name), COMMANDS[name]
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

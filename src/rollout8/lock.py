@@ -19,7 +19,6 @@ It needs only pyyaml and pydantic, so the Makefile can run it with the system py
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -31,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import LockError
+from .fileutil import sha256_file
 from .paths import lock_path
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -313,14 +313,6 @@ def format_env(lock: Lock) -> str:
     return "\n".join(f"{k}={shlex.quote(v)}" for k, v in lock.build_args().items())
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):  # installers are GBs: stream them
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def cann_report(lock: Lock, folder: Path) -> tuple[str, bool]:
     """Per installer: the lock's file name, its sha256 slot, and what docker/cann/ holds. ok = nothing blocks."""
     lines, ok = [], True
@@ -331,7 +323,7 @@ def cann_report(lock: Lock, folder: Path) -> tuple[str, bool]:
             if not path.is_file():
                 state = "absent"
             else:
-                got = file_sha256(path)
+                got = sha256_file(path)
                 if not inst.sha256:
                     state, ok = f"present, sha256 {got}: put it in the lock (cann.installers.{kind}.{arch})", False
                 elif got != inst.sha256:
@@ -376,50 +368,3 @@ def get_value(lock: Lock, key: str) -> str:
     if key not in args:
         raise LockError(f"unknown key {key!r}: use image, digest or one of {', '.join(args)}")
     return args[key]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lock", type=Path, default=None, help="lock file (default: the bundle's versions.lock.yaml)")
-    fmt = parser.add_mutually_exclusive_group()
-    fmt.add_argument("--build-args", action="store_true", help="print the --build-arg list for docker build")
-    fmt.add_argument("--env", action="store_true", help="print KEY=VALUE lines (same keys as the build args)")
-    fmt.add_argument("--markdown", action="store_true", help="print the README version table")
-    fmt.add_argument("--constraints", action="store_true", help="print the pip constraints file of the PyPI pins")
-    fmt.add_argument("--json", action="store_true", help="print the lock and its derived values as JSON")
-    fmt.add_argument("--get", metavar="KEY", help="print one value: image, digest, or a build-arg key")
-    fmt.add_argument("--check", action="store_true", help="only validate (exit 0 and print one line if valid)")
-    fmt.add_argument("--cann-files", metavar="DIR", type=Path, nargs="?", const=Path("docker/cann"),
-                     help="list the CANN installers the lock expects and check those in DIR (default docker/cann)")
-    fmt.add_argument("--update-readme", metavar="FILE", type=Path,
-                     help=f"rewrite the version table between {README_BEGIN} and {README_END} in FILE")
-
-
-def run(args: argparse.Namespace) -> int:
-    lock = load_lock(args.lock)
-    if args.build_args:
-        print(format_build_args(lock))
-    elif args.env:
-        print(format_env(lock))
-    elif args.markdown:
-        print(format_markdown(lock))
-    elif args.constraints:
-        print(lock.constraints(), end="")
-    elif args.json:
-        out = {"lock": lock.model_dump(mode="json", by_alias=True), "digest": lock.digest(),
-               "image": lock.image_ref(), "build_args": lock.build_args()}
-        print(json.dumps(out, indent=2))
-    elif args.get:
-        print(get_value(lock, args.get))
-    elif args.cann_files:
-        text, ok = cann_report(lock, args.cann_files)
-        print(text)
-        if not ok:
-            raise LockError(f"{args.cann_files}: an installer there does not match the lock (see above)")
-    elif args.update_readme:
-        changed = update_readme(lock, args.update_readme)
-        print(f"{args.update_readme}: version table {'updated' if changed else 'already up to date'}")
-    elif args.check:
-        print(f"{args.lock or lock_path()}: valid (digest {lock.digest()[:12]})")
-    else:
-        print(format_table(lock))
-    return 0

@@ -38,7 +38,7 @@ def work(tmp_path_factory) -> Path:
 def pair(work):
     """The tiny-engine bf16/int8 pair (head_dim 64: vLLM's CPU attention refuses smaller heads)."""
     rollout8("make-test-model", "-o", str(work / "pair"), "--preset", "tiny-engine", "--seed", "0")
-    from rollout8.testmodels import make_pair
+    from rollout8.quant.testmodels import make_pair
 
     return make_pair(work / "pair", preset="tiny-engine", seed=0)  # already built: returns the paths
 

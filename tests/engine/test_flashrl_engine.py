@@ -12,7 +12,7 @@ import pytest
 from engine_platform import int8_expectations
 from engine_runs import UNPATCHED_OVERLAY, EngineRun, rollout8, run_engine, run_engine_group
 
-from rollout8 import quantmath
+from rollout8.quant import quantmath
 
 # vLLM's fused parameters after post-load processing, and the HF weights they are made of (in order).
 FUSED = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -45,7 +45,7 @@ def engine_layout(hf: dict, num_layers: int) -> dict:
 
 
 def predicted(weights: dict, profile: dict) -> dict:
-    """What FlashRL's sync makes of `weights` (rollout8.quantmath, the arithmetic verify-quant checks)."""
+    """What FlashRL's sync makes of `weights` (rollout8.quant.quantmath, the arithmetic verify-quant checks)."""
     return dict(quantmath.apply_profile(weights.items(), profile))
 
 

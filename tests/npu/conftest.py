@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout8.npu_accept import NEEDS_NPU, format_report, npu_absent_reason
+from rollout8.node.npu_accept import NEEDS_NPU, format_report, npu_absent_reason
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -84,7 +84,7 @@ def work() -> Path:
 
 @pytest.fixture(scope="session")
 def models(work) -> AcceptModels:
-    from rollout8.quant_layout import ASCEND, detect_layout
+    from rollout8.quant.layout import ASCEND, detect_layout
 
     bf16, int8 = os.environ.get("ROLLOUT8_ACCEPT_BF16"), os.environ.get("ROLLOUT8_ACCEPT_INT8")
     if bool(bf16) != bool(int8):

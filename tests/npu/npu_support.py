@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout8.npu_accept import StepResult
+from rollout8.node.npu_accept import StepResult
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "engine"))  # engine_platform: the engine tier's environment of one rank

@@ -1,6 +1,6 @@
 """NPU acceptance: environment, loading, reload, logs, speed. Each test records one PASS/FAIL line (conftest).
 
-The evaluation of every step is rollout8.npu_accept (tested on CPU in tests/unit/test_npu_accept.py); this file
+The evaluation of every step is rollout8.node.npu_accept (tested on CPU in tests/unit/test_npu_accept.py); this file
 only gathers the facts on the node and asserts the verdict.
 """
 
@@ -13,8 +13,9 @@ from pathlib import Path
 
 from npu_support import record, rollout8
 
-from rollout8 import npu_accept, quantmath
-from rollout8.checkpoint import Checkpoint
+from rollout8.node import npu_accept
+from rollout8.quant import quantmath
+from rollout8.quant.checkpoint import Checkpoint
 
 
 def gather_environment() -> npu_accept.EnvFacts:

@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("flash_rl", reason="flash-llm-rl (FlashRL) is not installed")
 
-from rollout8 import quantmath  # noqa: E402
-from rollout8.checkpoint import Checkpoint  # noqa: E402
+from rollout8.quant import quantmath# noqa: E402
+from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 from rollout8.peak_memory import measure  # noqa: E402
-from rollout8.profile import compute_profile, flashrl_profile_command, profile_differences  # noqa: E402
+from rollout8.quant.profile import compute_profile, flashrl_profile_command, profile_differences  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_flashrl_quantizes_with_our_profile(model_pair, tmp_path, monkeypatch):
     load_weights does. Its torch.cuda.current_device() call is pointed at the CPU (trap 4); nothing else changes."""
     from flash_rl import flash_quantization
 
-    from rollout8.profile import write_profile
+    from rollout8.quant.profile import write_profile
 
     path = tmp_path / "ours.pt"
     write_profile(model_pair.bf16, model_pair.int8, path)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from smoke_support import installed_version, site_dirs
 
-from rollout8.patches import apply_patches, find_patches, patch_status
+from rollout8.node.patches import apply_patches, find_patches, patch_status
 
 MARKER = re.compile(r"rollout8-patch: ([a-z0-9-]+)")
 

@@ -17,8 +17,8 @@ import pytest
 import upstream_wheels as uw
 import yaml
 
-from rollout8 import patches
-from rollout8.flashrl_activation import MARKER
+from rollout8.node import patches
+from rollout8.node.activation import MARKER
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -124,6 +124,6 @@ def test_on_npu_transfer_to_npu_is_imported():
 
 
 def test_the_logic_module_has_no_import_side_effect():
-    done = _python("import rollout8.flashrl_activation", {"FLASHRL_CONFIG": "relative.yaml"})
+    done = _python("import rollout8.node.activation", {"FLASHRL_CONFIG": "relative.yaml"})
     assert done.returncode == 0, done.stderr
     assert not _marker_lines(done.stderr)

@@ -9,9 +9,9 @@ import shutil
 import pytest
 import yaml
 
-from rollout8.check import run_checks
+from rollout8.spec.check import run_checks
 from rollout8.cli import main
-from rollout8.runspec import parse_spec
+from rollout8.spec.runspec import parse_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.fixture(scope="module")
 def run_dir(model_pair, tmp_path_factory):
     """A run directory with the tiny pair, its real profile (rollout8 profile) and two data files."""
-    from rollout8.profile import write_profile
+    from rollout8.quant.profile import write_profile
 
     base = tmp_path_factory.mktemp("run")
     write_profile(model_pair.bf16, model_pair.int8, base / "profile.pt")
@@ -230,7 +230,7 @@ def test_hybrid_mix_needs_enough_dp_workers(raw, run_dir):
 
 
 def test_profile_of_another_model(raw, run_dir, model_pair_factory, tmp_path):
-    from rollout8.profile import write_profile
+    from rollout8.quant.profile import write_profile
 
     deeper = model_pair_factory("tiny", num_hidden_layers=3)
     write_profile(deeper.bf16, deeper.int8, tmp_path / "deeper.pt")
@@ -321,17 +321,17 @@ def test_explain_lists_every_field_and_rule(capsys):
         assert text in out
 
 
-@pytest.mark.skipif(not __import__("rollout8.verl_config").verl_config.hydra_available(),
+@pytest.mark.skipif(not __import__("rollout8.spec.verl_keys").spec.verl_keys.hydra_available(),
                     reason="hydra-core is not installed")
 def test_verl_keys_checked_by_hydra_when_verl_is_installed(raw, run_dir, tmp_path, monkeypatch):
     """With verl importable, hydra composes its config with each override (verl 0.6.1's tree stands in)."""
     from upstream_wheels import VERL_STAND_IN_VERSION, unpack, wheel
 
-    from rollout8 import verl_config
+    from rollout8.spec import verl_keys
 
     unpack(wheel("verl", VERL_STAND_IN_VERSION), tmp_path, "verl")
     config_dir = tmp_path / "verl" / "trainer" / "config"
-    monkeypatch.setattr(verl_config, "installed_config_dir", lambda: config_dir)
+    monkeypatch.setattr(verl_keys, "installed_config_dir", lambda: config_dir)
     assert errors(raw, run_dir, "verl-key") == []
     raw["verl"]["trainer.n_gpu_per_node"] = 8
     raw["verl"]["+trainer.total_epochs"] = 1

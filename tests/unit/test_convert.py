@@ -21,10 +21,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rollout8 import cli  # noqa: E402
-from rollout8.checkpoint import Checkpoint  # noqa: E402
-from rollout8.convert import MANIFEST_FILE, compare_dequantized, convert_to_ascend  # noqa: E402
+from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
+from rollout8.quant.convert import MANIFEST_FILE, compare_dequantized, convert_to_ascend  # noqa: E402
 from rollout8.errors import ModelError  # noqa: E402
-from rollout8.quant_layout import (  # noqa: E402
+from rollout8.quant.layout import (  # noqa: E402
     ASCEND,
     COMPRESSED_TENSORS,
     detect_layout,
@@ -283,7 +283,7 @@ def test_cli_converts_and_reports_errors_in_one_line(pairs, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["tiny", "sharded"])
 def test_profile_from_the_converted_model_equals_the_compressed_tensors_one(pairs, converted, name):
-    from rollout8.profile import compute_profile
+    from rollout8.quant.profile import compute_profile
 
     a = compute_profile(pairs[name].bf16, pairs[name].int8)
     b = compute_profile(pairs[name].bf16, converted[name])
@@ -316,8 +316,8 @@ def test_setup_writes_the_ascend_quantization_method_for_a_converted_model(pairs
 
 
 def test_verify_quant_passes_on_the_converted_model_as_on_the_source(pairs, converted, tmp_path):
-    from rollout8.profile import write_profile
-    from rollout8.verify_quant import verify
+    from rollout8.quant.profile import write_profile
+    from rollout8.quant.verify import verify
 
     profile = tmp_path / "profile.pt"
     write_profile(pairs["tiny"].bf16, converted["tiny"], profile)

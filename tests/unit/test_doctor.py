@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rollout8 import doctor
+from rollout8.node import doctor
 
 
 def test_auto_patch_detected_and_cleanup_form_accepted(tmp_path, monkeypatch):

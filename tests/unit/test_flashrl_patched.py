@@ -1,7 +1,7 @@
 """The patched FlashRL behaves as the patch headers say, and the unpatched one shows each bug.
 
 Every test runs FlashRL's own code from the flash-llm-rl wheel at the lock's pin, unpacked into tmp and patched
-there with `rollout8.patches` (some tests apply only some patches, to keep the unpatched baseline).
+there with `rollout8.node.patches` (some tests apply only some patches, to keep the unpatched baseline).
 
 - quantizer (patch 0001): runs on CPU torch; unpatched it stops with "Torch not compiled with CUDA enabled";
   on a W8A8 checkpoint built by the test it reproduces the checkpoint's int8 weights within 1 LSB;
@@ -28,7 +28,7 @@ import pytest
 import upstream_wheels as uw
 import yaml
 
-from rollout8 import patches
+from rollout8.node import patches
 
 torch = pytest.importorskip("torch")
 
@@ -101,11 +101,11 @@ def test_patched_quantizer_runs_on_cpu(flashrl):
 
 
 def test_patched_quantizer_reproduces_w8a8_checkpoint_within_one_lsb(flashrl, model_pair):
-    """model_pair (tests/conftest.py): rollout8.testmodels.make_pair's tiny Qwen2 bf16 model and its
+    """model_pair (tests/conftest.py): rollout8.quant.testmodels.make_pair's tiny Qwen2 bf16 model and its
     compressed-tensors W8A8 twin, cached in .cache/testmodels; the profile is FlashRL's, computed by
-    rollout8.profile."""
-    from rollout8.checkpoint import Checkpoint
-    from rollout8.profile import compute_profile
+    rollout8.quant.profile."""
+    from rollout8.quant.checkpoint import Checkpoint
+    from rollout8.quant.profile import compute_profile
 
     pair = model_pair
     profile = compute_profile(pair.bf16, pair.int8)

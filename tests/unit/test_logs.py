@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rollout8.cli import main
-from rollout8.flashrl_config import build_config, write_config
+from rollout8.spec.flashrl_config import build_config, write_config
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow

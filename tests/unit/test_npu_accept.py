@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout8 import npu_accept
+from rollout8.node import npu_accept
 from rollout8.lock import load_lock
-from rollout8.npu_accept import EnvFacts, SpeedRun, StepResult
+from rollout8.node.npu_accept import EnvFacts, SpeedRun, StepResult
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -209,9 +209,9 @@ def test_expectation_from_a_real_profile_matches_the_checkpoint(model_pair_facto
     engine layout, compares within 1 LSB to the int8 checkpoint in that layout: the step's PASS case, on CPU."""
     import torch
 
-    from rollout8.checkpoint import Checkpoint
-    from rollout8.profile import compute_profile
-    from rollout8.quantmath import apply_profile
+    from rollout8.quant.checkpoint import Checkpoint
+    from rollout8.quant.profile import compute_profile
+    from rollout8.quant.quantmath import apply_profile
 
     pair = model_pair_factory("tiny")
     profile = compute_profile(pair.bf16, pair.int8)

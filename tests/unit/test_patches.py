@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import upstream_wheels as uw
 
-from rollout8 import patches
+from rollout8.node import patches
 from rollout8.errors import CheckFailed, PatchError
 
 # sha256 of verl/__init__.py at the verl pin (== verl 0.6.1's), see the module docstring.

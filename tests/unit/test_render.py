@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollout8 import verl_config
+from rollout8.spec import verl_keys
 from rollout8.cli import main
-from rollout8.render import FLASHRL_FILE, MANIFEST_FILE, render_spec, write_outputs
-from rollout8.runspec import load_spec
+from rollout8.spec.render import FLASHRL_FILE, MANIFEST_FILE, render, write_outputs
+from rollout8.spec.runspec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "configs" / "runs").glob("*.yaml"))
@@ -33,7 +33,7 @@ def render_copy(spec: Path, base: Path, out: Path) -> dict[str, str]:
     runs = base / "configs" / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     shutil.copy(spec, runs / spec.name)
-    write_outputs(render_spec(load_spec(runs / spec.name)), out)
+    write_outputs(render(load_spec(runs / spec.name)), out)
     return {name: (out / name).read_text().replace(str(base), "<DIR>") for name in OUTPUTS if (out / name).exists()}
 
 
@@ -67,14 +67,14 @@ def test_deterministic(spec, tmp_path):
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
 def test_rendered_command_passes_key_validation(spec):
     """Every override render emits (derived and the spec's own) exists at the verl pin."""
-    rendered = render_spec(load_spec(spec))
-    problems = {o.raw_key: verl_config.key_problem(o) for o in rendered.overrides}
+    rendered = render(load_spec(spec))
+    problems = {o.raw_key: verl_keys.key_problem(o) for o in rendered.overrides}
     assert {k: v for k, v in problems.items() if v} == {}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
 def test_shipped_specs_pass_check_but_for_missing_local_artifacts(spec):
-    from rollout8.check import run_checks
+    from rollout8.spec.check import run_checks
 
     findings = run_checks(load_spec(spec))
     other = [f.line() for f in findings if f.level != "info" and not (
@@ -84,7 +84,7 @@ def test_shipped_specs_pass_check_but_for_missing_local_artifacts(spec):
 
 def test_int8_command_and_env():
     spec = load_spec(REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml")
-    rendered = render_spec(spec)
+    rendered = render(spec)
     argv = rendered.argv
     root = "/var/lib/rollout8/runs/qwen2.5-7b-int8-gsm8k"
     assert argv[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
@@ -109,7 +109,7 @@ def test_int8_command_and_env():
 
 def test_bf16_baseline_has_no_flashrl(tmp_path):
     spec = load_spec(REPO / "configs/runs/qwen2.5-7b-bf16-gsm8k.yaml")
-    rendered = render_spec(spec)
+    rendered = render(spec)
     assert rendered.flashrl is None and not any(k.startswith("FLASHRL") for k in rendered.env)
     assert "actor_rollout_ref.rollout.mode=sync" in rendered.argv
     (tmp_path / FLASHRL_FILE).write_text("stale")  # a stale file from an earlier int8 render is removed
@@ -120,7 +120,7 @@ def test_bf16_baseline_has_no_flashrl(tmp_path):
 
 
 def test_network_settings_reach_the_env():
-    rendered = render_spec(load_spec(REPO / "configs/runs/qwen2.5-32b-int8-2node.yaml"))
+    rendered = render(load_spec(REPO / "configs/runs/qwen2.5-32b-int8-2node.yaml"))
     env = rendered.env
     for key in ("HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
         assert env[key] == "enp189s0f0"
@@ -130,7 +130,7 @@ def test_network_settings_reach_the_env():
 
 def test_launch_script_runs_the_manifest_command(tmp_path):
     """launch.sh exports the env and execs exactly the manifest's argv (a python3 stand-in records both)."""
-    write_outputs(render_spec(load_spec(REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml")), tmp_path / "r")
+    write_outputs(render(load_spec(REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml")), tmp_path / "r")
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "python3").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$RECORD.argv"\nenv > "$RECORD.env"\n')
@@ -156,7 +156,7 @@ def test_manifest_checksums_local_artifacts(model_pair, tmp_path):
     raw["data"] = {"train": "data/train.parquet", "val": "data/val.parquet"}
     (tmp_path / "p.pt").write_bytes(b"profile")
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
-    write_outputs(render_spec(load_spec(tmp_path / "run.yaml")), tmp_path / "out")
+    write_outputs(render(load_spec(tmp_path / "run.yaml")), tmp_path / "out")
     manifest = json.loads((tmp_path / "out/render.json").read_text())
     by_name = {a["name"]: a for a in manifest["artifacts"]}
     assert by_name["train"]["local"] == str(tmp_path / "data/train.parquet")
@@ -176,7 +176,7 @@ def test_render_cli_refuses_a_spec_check_refuses(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)
 
 
-@pytest.mark.skipif(not verl_config.hydra_available(), reason="hydra-core is not installed")
+@pytest.mark.skipif(not verl_keys.hydra_available(), reason="hydra-core is not installed")
 def test_hydra_composes_the_rendered_overrides(tmp_path):
     """With hydra and verl 0.6.1's config tree (keys equal the pin's), every rendered override composes."""
     sys_path = str(tmp_path)
@@ -185,7 +185,7 @@ def test_hydra_composes_the_rendered_overrides(tmp_path):
     unpack(wheel("verl", VERL_STAND_IN_VERSION), tmp_path, "verl")
     config_dir = tmp_path / "verl" / "trainer" / "config"
     for spec in SPECS:
-        rendered = render_spec(load_spec(spec))
-        assert verl_config.hydra_problems(rendered.overrides, config_dir) == {}, spec.name
-    bad = [verl_config.Override("", "actor_rollout_ref.actor.tis_imp_ratio_cap", 2.0)]
-    assert verl_config.hydra_problems(bad, config_dir), sys_path
+        rendered = render(load_spec(spec))
+        assert verl_keys.hydra_problems(rendered.overrides, config_dir) == {}, spec.name
+    bad = [verl_keys.Override("", "actor_rollout_ref.actor.tis_imp_ratio_cap", 2.0)]
+    assert verl_keys.hydra_problems(bad, config_dir), sys_path

@@ -28,8 +28,8 @@ from verl_log_writers import (  # noqa: E402
 )
 
 from rollout8 import cli  # noqa: E402
-from rollout8.report import build, speedup  # noqa: E402
-from rollout8.verl_logs import load_run, parse_console_line  # noqa: E402
+from rollout8.results.report import build, speedup  # noqa: E402
+from rollout8.results.verl_logs import load_run, parse_console_line  # noqa: E402
 
 RAY_PREFIX = "(TaskRunner pid=4242) "
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rollout8.smoke_job import artifact_checksums, judge_node, parse_activation
+from rollout8.node.smoke_job import artifact_checksums, judge_node, parse_activation
 
 CFG = "/var/lib/rollout8/runs/x/flashrl.yaml"
 PLAN = {"flashrl": True, "accelerator": "cpu", "quantization": "int8",

@@ -9,7 +9,7 @@ import sys
 import pyarrow.parquet as pq
 import upstream_wheels as uw
 
-from rollout8.testdata import make_dataset
+from rollout8.spec.testdata import make_dataset
 
 
 def test_layout_and_determinism(tmp_path):

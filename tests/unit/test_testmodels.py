@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rollout8 import cli  # noqa: E402
-from rollout8.checkpoint import Checkpoint  # noqa: E402
+from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 from rollout8.errors import ModelError  # noqa: E402
-from rollout8.testmodels import PRESETS, make_pair, resolve_shape  # noqa: E402
+from rollout8.quant.testmodels import PRESETS, make_pair, resolve_shape  # noqa: E402
 
 LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
@@ -71,7 +71,7 @@ def test_int8_round_trips_through_compressed_tensors_quantize(model_pair):
     """compressed-tensors' own quantize() maps the dequantized weights (int8 * weight_scale) back to the stored int8."""
     from compressed_tensors.quantization.lifecycle.forward import quantize
 
-    from rollout8.testmodels import quantization_scheme
+    from rollout8.quant.testmodels import quantization_scheme
 
     q = Checkpoint(model_pair.int8)
     args = quantization_scheme().weights
@@ -91,7 +91,7 @@ def test_per_module_compression_equals_model_compressor():
     from compressed_tensors.quantization.utils.helpers import calculate_qparams
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rollout8.testmodels import compress_linear, quantization_config
+    from rollout8.quant.testmodels import compress_linear, quantization_config
 
     torch.manual_seed(0)
     cfg = Qwen2Config(hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,

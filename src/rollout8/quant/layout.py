@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ModelError
 from .checkpoint import Checkpoint
-from .errors import ModelError
 
 COMPRESSED_TENSORS = "compressed-tensors"
 ASCEND = "ascend"

@@ -11,14 +11,12 @@ k % n, which is how hybrid int8/bf16 rollout across DP workers works (`entry_for
 
 from __future__ import annotations
 
-import argparse
-import os
-import tempfile
 from pathlib import Path, PurePosixPath
 
 import yaml
 
-from .errors import SpecError
+from ..errors import SpecError
+from ..fileutil import atomic_write
 
 # The fields FlashRL 1.0.3's configs dataclasses give each function (flash_rl/configs/int8.py, bf16.py).
 BASE_ENTRY = {"distributed_executor_backend": "external_launcher", "load_format": "auto"}
@@ -38,11 +36,11 @@ def layout_entry_fields(layout: str) -> dict:
     The vllm-ascend layout (`rollout8 convert --to ascend`) has no quantization_config in config.json, so it
     must be named: `quantization: ascend` (FlashRL passes it through to vllm.LLM, keys_to_overload in
     flash_rl/vllm_patch.py), plus `module_attribute_to_preserve` for W8A8_DYNAMIC's derived scale. Why, from
-    vllm-ascend 7e16b4a's source: rollout8.quant_layout.flashrl_entry_fields.
+    vllm-ascend 7e16b4a's source: rollout8.quant.layout.flashrl_entry_fields.
     """
     if layout not in ("compressed-tensors", "ascend"):
         raise SpecError(f"unknown int8 model layout {layout!r} (compressed-tensors or ascend)")
-    from .quant_layout import flashrl_entry_fields
+    from ..quant.layout import flashrl_entry_fields
 
     return flashrl_entry_fields(layout)
 
@@ -87,18 +85,7 @@ def dump_config(config: dict) -> str:
 
 def write_config(config: dict, output: Path) -> Path:
     """Write atomically (a reader never sees half a file); returns the absolute path."""
-    output = Path(output).absolute()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".flashrl-", suffix=".yaml", dir=output.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(dump_config(config))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, output)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return output
+    return atomic_write(Path(output).absolute(), dump_config(config))
 
 
 def config_for_spec(spec, *, node_paths: bool = True) -> dict:
@@ -139,63 +126,3 @@ def mix_summary(config: dict, world_size: int, tp: int = 1, pp: int = 1) -> dict
         fn = per_rank[dp * tp * pp]
         out[fn] = out.get(fn, 0) + 1
     return out
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--spec", help="take everything from this run spec (FlashRL entries use node paths)")
-    parser.add_argument("--local-paths", action="store_true",
-                        help="with --spec: use the spec's local paths instead of the node paths")
-    parser.add_argument("--fn", choices=["int8", "bf16", "hybrid"], default="int8", help="what to write (default int8)")
-    parser.add_argument("-m", "--model", help="the int8 (W8A8) model directory")
-    parser.add_argument("-p", "--profile", help="the FlashRL profile (default: <model>/profile.pt)")
-    parser.add_argument("-b", "--bf16-model", help="the bf16 model for bf16 entries (default: verl's model path)")
-    parser.add_argument("--mix", default="1:1", help="hybrid: INT8:BF16 entry counts (default 1:1)")
-    parser.add_argument("--no-path-check", action="store_true",
-                        help="do not require the paths to exist here (they are paths on the nodes)")
-    parser.add_argument("--tp", type=int, default=None, help="show the per-rank mix for this tensor parallel size")
-    parser.add_argument("--world-size", type=int, default=None, help="rollout world size for the per-rank mix")
-    parser.add_argument("-o", "--output", required=True, help="where to write the FlashRL YAML")
-
-
-def _parse_mix(text: str) -> tuple[int, int]:
-    try:
-        a, b = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise SpecError(f"--mix {text!r}: expected INT8:BF16, e.g. 3:1") from None
-    return a, b
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.spec:
-        from .runspec import load_spec
-
-        spec = load_spec(args.spec)
-        config = config_for_spec(spec, node_paths=not args.local_paths)
-        tp = args.tp or int(spec.verl.get("actor_rollout_ref.rollout.tensor_model_parallel_size", 1))
-        world = args.world_size or spec.cluster.nnodes * spec.cluster.npus_per_node
-    else:
-        def absolute(value: str | None) -> str | None:
-            return None if value is None else str(Path(value).expanduser().absolute())
-
-        model, bf16 = absolute(args.model), absolute(args.bf16_model)
-        profile = absolute(args.profile) or (str(Path(model) / "profile.pt") if model else None)
-        if not args.no_path_check:
-            needed = [("--bf16-model", bf16)]
-            if args.fn != "bf16":
-                needed += [("--model", model), ("--profile", profile)]
-            for label, value in needed:
-                if value is not None and not Path(value).exists():
-                    raise SpecError(f"{label} {value}: does not exist (pass --no-path-check for node-only paths)")
-        layout = detect_layout(Path(model)) if model and Path(model).is_dir() else "compressed-tensors"
-        config = build_config(args.fn, int8_model=model, profile=profile, bf16_model=bf16,
-                              mix=_parse_mix(args.mix), layout=layout)
-        tp, world = args.tp or 1, args.world_size
-    path = write_config(config, Path(args.output))
-    print(f"wrote {path} ({len(config['configs'])} entr{'y' if len(config['configs']) == 1 else 'ies'}); "
-          f"export FLASHRL_CONFIG={path}")
-    if world:
-        mix = mix_summary(config, world, tp)
-        print(f"per DP rollout worker (world {world}, TP {tp}): "
-              + ", ".join(f"{fn} x{count}" for fn, count in sorted(mix.items())))
-    return 0

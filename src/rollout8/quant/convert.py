@@ -10,7 +10,7 @@ What vllm-ascend 7e16b4a (the `git.vllm-ascend` pin of versions.lock.yaml) reads
   ``KeyError: 'model.layers.0.self_attn.q_proj.weight'`` (trap 6). Without it, vLLM globs ``*.json`` in the model
   directory and needs exactly one file ending in ``quant_model_description.json``.
 - Nothing selects "ascend" automatically then: ``vllm.LLM(..., quantization="ascend")`` (FlashRL: a
-  ``quantization: ascend`` key in the config entry, see `rollout8.quant_layout.flashrl_overrides`). Its
+  ``quantization: ascend`` key in the config entry, see `rollout8.quant.layout.flashrl_overrides`). Its
   ``override_quantization_method`` only fires when config.json *has* a quantization_config.
 - ``get_quant_method``: every ``LinearBase`` and every ``VocabParallelEmbedding`` (``model.embed_tokens``,
   ``lm_head``) looks up ``quant_description[prefix + ".weight"]``: ``"FLOAT"`` -> unquantized method, anything else
@@ -50,16 +50,16 @@ writing, every Linear's dequantized weight (int8 * scale) is compared with the s
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ModelError
+from ..fileutil import staged_dir
 from .checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
-from .errors import ModelError
-from .quant_layout import (
+from .layout import (
     ASCEND,
     ASCEND_DESCRIPTION_FILE,
     COMPRESSED_TENSORS,
@@ -67,7 +67,6 @@ from .quant_layout import (
     W8A8_DYNAMIC,
     open_quantized,
 )
-from .staging import staged_dir
 
 MANIFEST_FILE = "rollout8-convert.json"
 CONVERTER_VERSION = "1"
@@ -329,31 +328,3 @@ def compare_dequantized(a_dir: str | Path, b_dir: str | Path, *, exact: bool = T
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--to", required=True, choices=[ASCEND],
-                        help="target layout: ascend = vllm-ascend 7e16b4a W8A8_DYNAMIC (quant_model_description.json)")
-    parser.add_argument("int8_dir", metavar="INT8_DIR", help="compressed-tensors W8A8 checkpoint directory")
-    parser.add_argument("out_dir", metavar="OUT_DIR", help="where to write the converted model (created)")
-    parser.add_argument("--round-scales", action="store_true",
-                        help="accept float32 scales that the model dtype cannot represent exactly (lossy; recompute "
-                             "the profile from the converted model)")
-    parser.add_argument("--no-verify", action="store_true", help="skip the lossless check after writing")
-    parser.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
-
-
-def run(args) -> int:
-    result = convert_to_ascend(args.int8_dir, args.out_dir, round_scales=args.round_scales,
-                               verify=not args.no_verify, force=args.force,
-                               progress=lambda msg: print(f"convert: {msg}", flush=True))
-    if result.skipped:
-        return 0
-    print(f"convert: wrote {result.out_dir}: {len(result.quantized)} linears as {W8A8_DYNAMIC}, "
-          f"{len(result.floats)} tensors as {FLOAT}"
-          + (", dequantized weights verified identical to the source" if result.verified else ", not verified"))
-    if result.rounded_scales:
-        print(f"convert: warning: {result.rounded_scales} scales rounded to the model dtype "
-              f"(max relative change {result.max_scale_rel_change:.2e})")
-    print(f"convert: load it with vllm.LLM(model=..., quantization=\"{ASCEND}\"); `rollout8 setup` adds that to "
-          f"the FlashRL config")
-    return 0

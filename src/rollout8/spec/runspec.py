@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import SpecError
+from ..errors import SpecError
 
 DEFAULT_DEPLOY_ROOT = "/var/lib/rollout8/runs/{name}"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"

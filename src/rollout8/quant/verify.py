@@ -9,17 +9,14 @@ Streaming: one tensor pair in memory at a time. Exit 0 when every row passes, 1 
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..errors import ModelError
 from . import quantmath
 from .checkpoint import Checkpoint
-from .errors import CheckFailed, ModelError
-from .quant_layout import open_quantized
+from .layout import open_quantized
 
 DEFAULT_MAX_LSB = 1
 NORM_RTOL = 1e-3  # norms pass through float16 in FlashRL's profile; the relative rounding is ~5e-4 at most
@@ -163,36 +160,3 @@ def format_table(report: Report) -> str:
     lines.append(f"{s['rows']} tensors, {s['failed']} failed; max error {s['max_lsb']} LSB "
                  f"(allowed {report.max_lsb_allowed}); max saturation {100 * s['max_saturation_share']:.2f}%")
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-m", "--model", required=True, help="the bf16 model directory")
-    parser.add_argument("-q", "--quantized", required=True, help="the int8 (W8A8) model directory")
-    parser.add_argument("-p", "--profile", required=True, help="the FlashRL profile (.pt)")
-    parser.add_argument("--json", dest="json_out", help="also write the report as JSON to this file ('-' = stdout)")
-    parser.add_argument("--max-lsb", type=int, default=DEFAULT_MAX_LSB,
-                        help=f"largest allowed int8 difference in LSB (default {DEFAULT_MAX_LSB})")
-
-
-def run(args) -> int:
-    step = {"next": 0.0}
-
-    def progress(done: int, total: int) -> None:  # on stderr, so stdout stays the table / JSON
-        if done / total >= step["next"] or done == total:
-            print(f"verify-quant: {done}/{total} tensors", file=sys.stderr, flush=True)
-            step["next"] = done / total + 0.1
-
-    report = verify(args.model, args.quantized, args.profile, max_lsb=args.max_lsb, progress=progress)
-    if args.json_out != "-":
-        print(format_table(report))
-    if args.json_out:
-        text = json.dumps(report.to_dict(), indent=2) + "\n"
-        if args.json_out == "-":
-            sys.stdout.write(text)
-        else:
-            Path(args.json_out).write_text(text)
-    if not report.passed:
-        failed = report.failures
-        names = ", ".join(f"{r.name} ({r.message})" for r in failed[:3])
-        raise CheckFailed(f"{len(failed)} tensor(s) fail: {names}" + (" ..." if len(failed) > 3 else ""))
-    return 0

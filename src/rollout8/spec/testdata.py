@@ -8,11 +8,11 @@ so a reward function can score them; the demo and the tests use them, real runs 
 
 from __future__ import annotations
 
-import argparse
 import random
 from pathlib import Path
 
-from .errors import Rollout8Error
+from ..errors import Rollout8Error
+from ..fileutil import atomic_write
 
 DATA_SOURCE = "openai/gsm8k"  # what verl's default reward function dispatches on for GSM8K-style answers
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -48,24 +48,6 @@ def make_dataset(out_dir: str | Path, n_train: int = 12, n_val: int = 6, seed: i
     rng = random.Random(seed)
     paths = {}
     for split, count in (("train", n_train), ("val", n_val)):
-        path = out / f"{split}.parquet"
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(pa.Table.from_pylist(_rows(split, count, rng)), tmp)
-        tmp.replace(path)
-        paths[split] = path
+        table = pa.Table.from_pylist(_rows(split, count, rng))
+        paths[split] = atomic_write(out / f"{split}.parquet", lambda tmp, table=table: pq.write_table(table, tmp))
     return paths
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--output", required=True, type=Path, help="directory for train.parquet and val.parquet")
-    parser.add_argument("--train", type=int, default=12, help="training rows (default 12)")
-    parser.add_argument("--val", type=int, default=6, help="validation rows (default 6)")
-    parser.add_argument("--seed", type=int, default=0)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.train < 1 or args.val < 1:
-        raise Rollout8Error("--train and --val must be at least 1")
-    for split, path in make_dataset(args.output, args.train, args.val, args.seed).items():
-        print(f"{split}: {path}")
-    return 0

@@ -19,17 +19,15 @@ compressed-tensors quantizer loads them in when no dtype is given (which is how 
 
 from __future__ import annotations
 
-import argparse
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from ..errors import ModelError
+from ..fileutil import atomic_write
 from . import quantmath
 from .checkpoint import Checkpoint
-from .errors import ModelError
-from .quant_layout import open_quantized
+from .layout import open_quantized
 
 # The dtype FlashRL's transformers load gives the quantized model's floating tensors (see module docstring).
 QUANTIZED_LOAD_DTYPE = "float16"
@@ -156,11 +154,7 @@ def write_profile(bf16_dir: str | Path, int8_dir: str | Path, output: str | Path
     import torch
 
     profile = compute_profile(bf16_dir, int8_dir, progress=progress)
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(profile, tmp)
-    os.replace(tmp, out)
+    atomic_write(output, lambda tmp: torch.save(profile, tmp))
     return profile
 
 
@@ -171,39 +165,6 @@ def flashrl_profile_command(bf16_dir, int8_dir, output) -> tuple[list[str], dict
     env = {k: v for k, v in os.environ.items() if k != "FLASHRL_CONFIG"}
     env["HF_HUB_OFFLINE"] = "1"
     return cmd, env
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-m", "--model", required=True, help="the bf16 model directory (safetensors)")
-    parser.add_argument("-q", "--quantized", required=True, help="the W8A8 compressed-tensors model directory")
-    parser.add_argument("-o", "--output", required=True, help="where to write the profile (.pt)")
-    parser.add_argument("--engine", choices=("rollout8", "flashrl"), default="rollout8",
-                        help="rollout8: stream layer by layer (default); flashrl: run FlashRL's own profiler, "
-                             "which loads both models fully")
-    parser.add_argument("--quiet", action="store_true", help="no per-layer progress lines")
-
-
-def run(args) -> int:
-    for flag, path in (("-m", args.model), ("-q", args.quantized)):
-        if not Path(path).is_dir():
-            raise ModelError(f"{flag} {path}: model directory does not exist")
-    start = time.monotonic()
-    if args.engine == "flashrl":
-        cmd, env = flashrl_profile_command(args.model, args.quantized, args.output)
-        print("running FlashRL's profiler (loads both models fully)", flush=True)
-        rc = subprocess.call(cmd, env=env)
-        if rc != 0:
-            print(f"rollout8 profile: flashrl profile failed with exit code {rc}", file=sys.stderr)
-            return rc
-    else:
-        def progress(done: int, total: int) -> None:
-            if not args.quiet:
-                print(f"layer {done}/{total} ({time.monotonic() - start:.1f}s)", flush=True)
-
-        profile = write_profile(args.model, args.quantized, args.output, progress=progress)
-        print(f"{len(profile)} entries", flush=True)
-    print(f"profile written to {args.output} in {time.monotonic() - start:.1f}s")
-    return 0
 
 
 def profile_differences(a: dict, b: dict, rtol: float = 1e-5, atol: float = 1e-6) -> list[str]:

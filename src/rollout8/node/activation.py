@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 
-from .errors import Rollout8Error
+from ..errors import Rollout8Error
 
 MARKER = "rollout8: flash_rl activation"
 TRANSFER_MODULE = "torch_npu.contrib.transfer_to_npu"

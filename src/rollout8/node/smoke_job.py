@@ -24,8 +24,6 @@ and `rollout8 logs` read), writes the same JSON to --json-out if given, and exit
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import os
 import socket
@@ -34,7 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import CheckFailed, Rollout8Error
+from ..errors import CheckFailed
+from ..fileutil import sha256_file
 
 VERDICT_PREFIX = "ROLLOUT8_SMOKE_VERDICT "
 ACTIVATION_MARKER = "rollout8: flash_rl activation:"
@@ -43,14 +42,6 @@ MAX_LSB = 1
 
 
 # ---------------------------------------------------------------------------------------------- node side
-def sha256_file(path: Path, chunk: int = 4 * 1024 * 1024) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def artifact_checksums(paths: dict[str, str]) -> dict[str, str]:
     """sha256 of every file under the given node paths, keyed 'what/relative' ('missing' if absent)."""
     out: dict[str, str] = {}
@@ -228,27 +219,3 @@ def run_job(plan: dict, expected_nodes: int | None, timeout: float) -> dict:
         for check, good, detail in checks:
             print(f"smoke-job: {host} ({address}) {check:<12} {'ok  ' if good else 'FAIL'} {detail}", flush=True)
     return verdict
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--plan", required=True, help="the deployment plan JSON at its node path "
-                                                      "(<deploy.root>/rollout8-plan.json, written by `rollout8 plan`)")
-    parser.add_argument("--nodes", type=int, default=None, help="number of nodes that must take part")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all node tasks")
-    parser.add_argument("--json-out", default=None, help="also write the verdict JSON here")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        plan = json.loads(Path(args.plan).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise Rollout8Error(f"--plan {args.plan}: cannot read the plan ({exc}); run the artifacts play first") from exc
-    verdict = run_job(plan, args.nodes, args.timeout)
-    line = json.dumps(verdict, sort_keys=True)
-    if args.json_out:
-        Path(args.json_out).write_text(line + "\n")
-    print(VERDICT_PREFIX + line, flush=True)
-    red = [v["hostname"] for v in verdict["nodes"].values() if not v["ok"]]
-    summary = f"GREEN on all {len(verdict['nodes'])} nodes" if not red else f"RED on {', '.join(red)}"
-    print(f"smoke-job: verdict {summary}", flush=True)
-    return 0 if verdict["ok"] else 1

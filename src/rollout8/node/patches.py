@@ -14,7 +14,6 @@ the ones not applied yet. A second `apply` is a no-op and says so.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -22,8 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CheckFailed, PatchError
-from .paths import patches_dir
+from ..errors import PatchError
+from ..paths import patches_dir
 
 # component name -> the package directory that must exist under --target
 COMPONENTS: dict[str, str] = {"verl": "verl", "flash_rl": "flash_rl"}
@@ -181,43 +180,3 @@ def _drift_message(state: PatchResult) -> str:
             f"The file differs from the pinned upstream version the patch was written for: install the version "
             f"in versions.lock.yaml, or, if the pin moved on purpose, redo the change the patch header describes "
             f"on the new file and regenerate the patch. Nothing was changed.")
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for action, help_text in (
-        ("apply", "apply each patch once (a second run is a no-op); stops with nothing changed on drift"),
-        ("check", "report applied / not applied / drifted per patch; exit 1 unless all are applied"),
-    ):
-        p = sub.add_parser(action, help=help_text, description=help_text)
-        p.add_argument("--target", required=True, type=Path,
-                       help="directory that contains verl/ or flash_rl/ (a source checkout or site-packages)")
-        p.add_argument("--component", choices=[*COMPONENTS, ALL], default=ALL,
-                       help="which patches (default all: the target must then contain both packages)")
-    sub.add_parser("list", help="list the bundle's patches and the files they change")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.action == "list":
-        for p in find_patches():
-            print(f"{p.name}  ({', '.join(p.files)})  {p.summary}")
-        return 0
-    target = Path(args.target)
-    if args.action == "apply":
-        results = apply_patches(target, args.component)
-        for r in results:
-            print(r.line())
-        fresh = sum(r.action == "applied now" for r in results)
-        print(f"{fresh} applied now, {len(results) - fresh} already applied, in {target}")
-        return 0
-    results = patch_status(target, args.component)
-    for r in results:
-        print(r.line())
-    bad = [r for r in results if not r.ok]
-    if bad:
-        drift = "; drifted ones need the patch redone first" if any(r.state == DRIFTED for r in bad) else ""
-        raise CheckFailed(f"{len(bad)} of {len(results)} patches not applied in {target} "
-                          f"(run `rollout8 patches apply --target {target} --component {args.component}`{drift})")
-    print(f"all {len(results)} patches applied in {target}")
-    return 0

@@ -231,7 +231,7 @@ class WeightComparison:
 
 def compare_engine_int8(engine: dict, expected: dict) -> WeightComparison:
     """Engine int8 weights (vLLM names, as read back in ND format) vs the expected fused [out, in] weights."""
-    from .quantmath import lsb_stats
+    from ..quant.quantmath import lsb_stats
 
     missing = sorted(n for n in expected if n not in engine)
     try:
@@ -367,7 +367,7 @@ def main() -> int:
     if why is None:
         return 0
     try:
-        from .lock import load_lock
+        from ..lock import load_lock
 
         cann = load_lock().cann.version
     except Exception:  # noqa: BLE001 - the message stays useful without the lock

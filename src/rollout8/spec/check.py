@@ -18,17 +18,16 @@ names the field and the fix. Errors make the exit code 1; warnings and notes do 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import verl_config
-from .errors import CheckFailed, ModelError, Rollout8Error
-from .findings import Finding
-from .render import Rendered, render_spec
-from .runspec import RunSpec, explain, load_spec
+from ..errors import ModelError, Rollout8Error
+from ..findings import Finding
+from . import verl_keys
+from .render import Rendered, render
+from .runspec import RunSpec
 
 ROLLOUT = "actor_rollout_ref.rollout."
 MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
@@ -61,7 +60,7 @@ class _Collector:
 
 def _verl_field(spec: RunSpec, key: str) -> str:
     for raw in spec.verl:
-        if verl_config.split_key(raw)[1] == key:
+        if verl_keys.split_key(raw)[1] == key:
             return f"verl.{raw}"
     return f"verl.{key}"
 
@@ -70,8 +69,8 @@ def effective(rendered: Rendered, key: str) -> Any:
     """The value verl will see: set by the render (spec or derived), deleted, or verl's default at the pin."""
     for override in rendered.overrides:
         if override.key == key:
-            return verl_config.default(key) if override.op == "~" else override.value
-    return verl_config.default(key)
+            return verl_keys.default(key) if override.op == "~" else override.value
+    return verl_keys.default(key)
 
 
 def _as_int(c: _Collector, rendered: Rendered, key: str) -> int | None:
@@ -138,19 +137,19 @@ def check_paths(c: _Collector, spec: RunSpec) -> None:
 
 
 def check_verl_keys(c: _Collector, spec: RunSpec, r: Rendered) -> None:
-    user = [verl_config.Override(*verl_config.split_key(raw), value) for raw, value in spec.verl.items()]
-    config_dir = verl_config.installed_config_dir() if verl_config.hydra_available() else None
-    hydra = verl_config.hydra_problems(user, config_dir) if config_dir and user else {}
+    user = [verl_keys.Override(*verl_keys.split_key(raw), value) for raw, value in spec.verl.items()]
+    config_dir = verl_keys.installed_config_dir() if verl_keys.hydra_available() else None
+    hydra = verl_keys.hydra_problems(user, config_dir) if config_dir and user else {}
     for override in user:
         field = f"verl.{override.raw_key}"
-        problem = verl_config.key_problem(override)
-        if override.key in verl_config.REMOVED_KEYS:
+        problem = verl_keys.key_problem(override)
+        if override.key in verl_keys.REMOVED_KEYS:
             c.error("verl-key", field, problem[1])
         elif config_dir is not None:
             if override.raw_key in hydra:
-                hint = verl_config.suggest(override.key)
+                hint = verl_keys.suggest(override.key)
                 c.error("verl-key", field, f"verl at {config_dir} refuses it: {hydra[override.raw_key]}"
-                        + (f"; did you mean {hint}?" if hint and not verl_config.exists(override.key) else ""))
+                        + (f"; did you mean {hint}?" if hint and not verl_keys.exists(override.key) else ""))
             elif problem and problem[0] == "warning":
                 c.warning("verl-key", field, problem[1])
         elif problem:
@@ -161,7 +160,7 @@ def check_verl_quantization(c: _Collector, spec: RunSpec, r: Rendered) -> None:
     if not spec.flashrl:
         return
     for raw, value in spec.verl.items():
-        key = verl_config.split_key(raw)[1]
+        key = verl_keys.split_key(raw)[1]
         leaf = key.rpartition(".")[2]
         if key.startswith(ROLLOUT) and leaf in VERL_QUANT_LEAVES and value not in (None, False, "auto", "none"):
             c.error("verl-quant", f"verl.{raw}",
@@ -243,7 +242,7 @@ def check_parallel(c: _Collector, spec: RunSpec, r: Rendered) -> tuple[int, int]
     npus = spec.cluster.npus_per_node
     world = spec.cluster.nnodes * npus
     if npus % infer != 0:
-        set_by = "" if any(verl_config.split_key(k)[1] == ROLLOUT + "tensor_model_parallel_size"
+        set_by = "" if any(verl_keys.split_key(k)[1] == ROLLOUT + "tensor_model_parallel_size"
                            for k in spec.verl) else f" (verl's default at the pin is {tp})"
         c.error("tp", _verl_field(spec, ROLLOUT + "tensor_model_parallel_size"),
                 f"rollout TP {tp} x PP {pp} x DP {dp} = {infer} does not divide cluster.npus_per_node {npus}"
@@ -318,9 +317,9 @@ def check_env(c: _Collector, spec: RunSpec, r: Rendered) -> None:
 
 
 def check_owned(c: _Collector, spec: RunSpec, r: Rendered) -> None:
-    derived = {o.key: o.value for o in render_spec(spec.model_copy(update={"verl": {}})).overrides}
+    derived = {o.key: o.value for o in render(spec.model_copy(update={"verl": {}})).overrides}
     for raw, value in spec.verl.items():
-        key = verl_config.split_key(raw)[1]
+        key = verl_keys.split_key(raw)[1]
         if key in OWNED and key in derived and str(value) != str(derived[key]):
             c.error("owned-key", f"verl.{raw}", f"{value!r} contradicts {OWNED[key]} ({derived[key]!r}); "
                     f"remove the override and set {OWNED[key]}")
@@ -360,7 +359,7 @@ def check_profile(c: _Collector, spec: RunSpec) -> None:
     except ImportError:
         c.info("profile", field, "torch is not installed here: profile not compared with the int8 model")
         return
-    from .checkpoint import Checkpoint
+    from ..quant.checkpoint import Checkpoint
 
     try:
         ckpt = Checkpoint(spec.model.int8)
@@ -410,11 +409,16 @@ def check_profile(c: _Collector, spec: RunSpec) -> None:
                 + "; ".join(bad_shape[:3]) + remake)
 
 
+def rules() -> str:
+    """The rules this module enforces, as `rollout8 check --explain` prints them (from this docstring)."""
+    return __doc__[__doc__.index("  [rollout-mode]"):]
+
+
 def run_checks(spec: RunSpec) -> list[Finding]:
     c = _Collector()
     check_paths(c, spec)
     try:
-        rendered = render_spec(spec)
+        rendered = render(spec)
     except Rollout8Error as exc:
         if not any(f.level == "error" for f in c.findings):
             c.error("flashrl-paths", "model", str(exc))
@@ -431,35 +435,3 @@ def run_checks(spec: RunSpec) -> list[Finding]:
     check_env(c, spec, rendered)
     check_profile(c, spec)
     return c.findings
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", nargs="?", help="run spec (configs/runs/*.yaml)")
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
-    parser.add_argument("--explain", action="store_true", help="print the run spec field reference and the rules")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.explain:
-        print("Run spec fields (configs/runs/*.yaml):\n" + explain() + "\n\nRules:\n"
-              + __doc__[__doc__.index("  [rollout-mode]"):])
-        return 0
-    if not args.spec:
-        raise Rollout8Error("give a run spec (or --explain)")
-    spec = load_spec(args.spec)
-    findings = run_checks(spec)
-    errors = sum(f.level == "error" for f in findings)
-    warnings = sum(f.level == "warning" for f in findings)
-    if args.json:
-        print(json.dumps({"spec": str(args.spec), "ok": errors == 0, "errors": errors, "warnings": warnings,
-                          "findings": [f.to_dict() for f in findings]}, indent=2))
-    else:
-        for finding in findings:
-            print(finding.line())
-        print(f"{args.spec}: {errors} error(s), {warnings} warning(s)")
-    if errors:
-        if args.json:
-            return CheckFailed.exit_code
-        raise CheckFailed(f"{args.spec}: refused ({errors} error(s) above)")
-    return 0

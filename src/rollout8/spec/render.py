@@ -12,19 +12,18 @@ Output is a pure function of the spec and of the local artifacts' contents: same
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import SpecError
+from ..fileutil import atomic_write, sha256_file
 from . import flashrl_config
-from .errors import SpecError
-from .runspec import RunSpec, load_spec
-from .verl_config import Override, QuotedStr, split_key
+from .runspec import RunSpec
+from .verl_keys import Override, QuotedStr, split_key
 
 MANIFEST_SCHEMA = 1
 FLASHRL_FILE = "flashrl.yaml"
@@ -129,7 +128,7 @@ def build_overrides(spec: RunSpec, env: dict[str, str]) -> tuple[list[Override],
     return overrides, derived_keys, runtime_env
 
 
-def render_spec(spec: RunSpec) -> Rendered:
+def render(spec: RunSpec) -> Rendered:
     env, per_node = build_env(spec)
     overrides, derived_keys, runtime_env = build_overrides(spec, env)
     flashrl = flashrl_config.config_for_spec(spec, node_paths=True) if spec.flashrl else None
@@ -163,14 +162,6 @@ def launch_text(rendered: Rendered) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def describe_local(path: Path | None) -> dict:
     """What is at a local artifact path: kind, presence, and per-file size/sha256 (sha256 for files <= 64 MiB)."""
     if path is None:
@@ -178,13 +169,13 @@ def describe_local(path: Path | None) -> dict:
     if path.is_file():
         size = path.stat().st_size
         return {"present": True, "kind": "file", "size": size,
-                "sha256": _sha256(path) if size <= HASH_LIMIT else None}
+                "sha256": sha256_file(path) if size <= HASH_LIMIT else None}
     if path.is_dir():
         files = []
         for item in sorted(p for p in path.rglob("*") if p.is_file()):
             size = item.stat().st_size
             files.append({"path": item.relative_to(path).as_posix(), "size": size,
-                          "sha256": _sha256(item) if size <= HASH_LIMIT else None})
+                          "sha256": sha256_file(item) if size <= HASH_LIMIT else None})
         return {"present": True, "kind": "dir", "files": files}
     return {"present": False}
 
@@ -244,38 +235,7 @@ def write_outputs(rendered: Rendered, out_dir: Path) -> dict[str, Path]:
     texts[MANIFEST_FILE] = json.dumps(manifest(rendered, flashrl_text, spec_text), indent=2) + "\n"
     written: dict[str, Path] = {}
     for name, text in texts.items():
-        path = out_dir / name
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_text(text)
-        os.chmod(tmp, 0o755 if name == LAUNCH_FILE else 0o644)
-        os.replace(tmp, path)
-        written[name] = path
+        written[name] = atomic_write(out_dir / name, text, mode=0o755 if name == LAUNCH_FILE else 0o644)
     if flashrl_text is None:
         (out_dir / FLASHRL_FILE).unlink(missing_ok=True)
     return written
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="run spec (configs/runs/*.yaml)")
-    parser.add_argument("-o", "--output", required=True, help="output directory")
-    parser.add_argument("--no-check", action="store_true", help="render even if `rollout8 check` finds errors")
-
-
-def run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)
-    if not args.no_check:
-        from .check import run_checks
-
-        errors = [f for f in run_checks(spec) if f.level == "error"]
-        if errors:
-            from .errors import CheckFailed
-
-            for finding in errors:
-                print(finding.line())
-            raise CheckFailed(f"{args.spec}: {len(errors)} error(s); fix them or pass --no-check")
-    rendered = render_spec(spec)
-    written = write_outputs(rendered, Path(args.output))
-    for name in written:
-        print(f"wrote {Path(args.output) / name}")
-    return 0

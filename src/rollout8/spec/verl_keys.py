@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .paths import PACKAGE_DIR
+from ..paths import PACKAGE_DIR
 
 KEYS_FILE = PACKAGE_DIR / "data" / "verl_keys.txt"
 

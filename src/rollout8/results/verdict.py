@@ -20,13 +20,11 @@ Exit 0 only if at least one rollout rank was found and every rollout rank runs F
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import CheckFailed, Rollout8Error
+from ..errors import Rollout8Error
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RAY_PREFIX = re.compile(r"^\((?P<actor>[A-Za-z_][\w.:-]*)?\s*pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[0-9A-Fa-f.:]+))?\)\s?")
@@ -236,43 +234,3 @@ def verdict(result: Scan) -> dict:
         "ranks": ranks,
         "other_processes": sum(1 for p in result.processes.values() if not p.is_rollout and p.skipped),
     }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", help="a Ray session dir, a directory of collected logs, or one log file")
-    parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    parser.add_argument("--min-syncs", type=int, default=0,
-                        help="also require at least this many quantized syncs on every int8 rank")
-
-
-def run(args: argparse.Namespace) -> int:
-    path = Path(args.directory)
-    if not path.exists():
-        raise Rollout8Error(f"{path}: no such file or directory")
-    report = verdict(scan(path))
-    short = [r for r in report["ranks"] if r["status"] == "patched" and r["syncs"] < args.min_syncs]
-    if short:
-        report["ok"] = False
-        for r in short:
-            r["reason"] += f" (fewer than --min-syncs {args.min_syncs})"
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for r in report["ranks"]:
-            who = f"rank {r['rank']}" if r["rank"] is not None else "rank ?"
-            where = f"pid {r['pid']}" + (f" on {r['ip']}" if r["ip"] else "") if r["pid"] else r["source"]
-            print(f"{who:>9} ({where}): {r['status']}: {r['reason']}")
-        if not report["ranks"]:
-            print(f"no rollout rank found in {report['files']} file(s): are these the workers' logs, with "
-                  "FLASHRL_LOGGING_LEVEL=DEBUG?")
-        print(f"{report['rollout_ranks']} rollout rank(s): {report['patched']} int8-patched, {report['bf16']} bf16 by "
-              f"config, {report['no_config']} never saw the config, {report['errors']} failed, "
-              f"{report['incomplete']} incomplete; {report['quantized_syncs']} quantized sync(s)"
-              + (f" ({report['unattributed_syncs']} from Ray's repeated-line summaries)"
-                 if report["unattributed_syncs"] else ""))
-        print("verdict: " + ("int8 rollouts confirmed" if report["ok"] else "NOT confirmed"))
-    if not report["ok"]:
-        if args.json:
-            return CheckFailed.exit_code
-        raise CheckFailed(f"{path}: int8 rollout not confirmed on every rollout rank")
-    return 0

@@ -1,0 +1,42 @@
+"""`rollout8 check`: arguments, output and exit code; the work is rollout8.spec.check."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import CheckFailed, Rollout8Error
+from ..spec.check import rules, run_checks
+from ..spec.runspec import explain, load_spec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", nargs="?", help="run spec (configs/runs/*.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument("--explain", action="store_true", help="print the run spec field reference and the rules")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.explain:
+        print("Run spec fields (configs/runs/*.yaml):\n" + explain() + "\n\nRules:\n"
+              + rules())
+        return 0
+    if not args.spec:
+        raise Rollout8Error("give a run spec (or --explain)")
+    spec = load_spec(args.spec)
+    findings = run_checks(spec)
+    errors = sum(f.level == "error" for f in findings)
+    warnings = sum(f.level == "warning" for f in findings)
+    if args.json:
+        print(json.dumps({"spec": str(args.spec), "ok": errors == 0, "errors": errors, "warnings": warnings,
+                          "findings": [f.to_dict() for f in findings]}, indent=2))
+    else:
+        for finding in findings:
+            print(finding.line())
+        print(f"{args.spec}: {errors} error(s), {warnings} warning(s)")
+    if errors:
+        if args.json:
+            return CheckFailed.exit_code
+        raise CheckFailed(f"{args.spec}: refused ({errors} error(s) above)")
+    return 0
+

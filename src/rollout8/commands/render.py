@@ -1,0 +1,35 @@
+"""`rollout8 render`: arguments, output and exit code; the work is rollout8.spec.render."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..spec.render import render, write_outputs
+from ..spec.runspec import load_spec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", help="run spec (configs/runs/*.yaml)")
+    parser.add_argument("-o", "--output", required=True, help="output directory")
+    parser.add_argument("--no-check", action="store_true", help="render even if `rollout8 check` finds errors")
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    if not args.no_check:
+        from ..spec.check import run_checks
+
+        errors = [f for f in run_checks(spec) if f.level == "error"]
+        if errors:
+            from ..errors import CheckFailed
+
+            for finding in errors:
+                print(finding.line())
+            raise CheckFailed(f"{args.spec}: {len(errors)} error(s); fix them or pass --no-check")
+    rendered = render(spec)
+    written = write_outputs(rendered, Path(args.output))
+    for name in written:
+        print(f"wrote {Path(args.output) / name}")
+    return 0
+

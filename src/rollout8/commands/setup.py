@@ -1,0 +1,69 @@
+"""`rollout8 setup`: arguments, output and exit code; the work is rollout8.spec.flashrl_config."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import SpecError
+from ..spec.flashrl_config import build_config, config_for_spec, detect_layout, mix_summary, write_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spec", help="take everything from this run spec (FlashRL entries use node paths)")
+    parser.add_argument("--local-paths", action="store_true",
+                        help="with --spec: use the spec's local paths instead of the node paths")
+    parser.add_argument("--fn", choices=["int8", "bf16", "hybrid"], default="int8", help="what to write (default int8)")
+    parser.add_argument("-m", "--model", help="the int8 (W8A8) model directory")
+    parser.add_argument("-p", "--profile", help="the FlashRL profile (default: <model>/profile.pt)")
+    parser.add_argument("-b", "--bf16-model", help="the bf16 model for bf16 entries (default: verl's model path)")
+    parser.add_argument("--mix", default="1:1", help="hybrid: INT8:BF16 entry counts (default 1:1)")
+    parser.add_argument("--no-path-check", action="store_true",
+                        help="do not require the paths to exist here (they are paths on the nodes)")
+    parser.add_argument("--tp", type=int, default=None, help="show the per-rank mix for this tensor parallel size")
+    parser.add_argument("--world-size", type=int, default=None, help="rollout world size for the per-rank mix")
+    parser.add_argument("-o", "--output", required=True, help="where to write the FlashRL YAML")
+
+
+def _parse_mix(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise SpecError(f"--mix {text!r}: expected INT8:BF16, e.g. 3:1") from None
+    return a, b
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.spec:
+        from ..spec.runspec import load_spec
+
+        spec = load_spec(args.spec)
+        config = config_for_spec(spec, node_paths=not args.local_paths)
+        tp = args.tp or int(spec.verl.get("actor_rollout_ref.rollout.tensor_model_parallel_size", 1))
+        world = args.world_size or spec.cluster.nnodes * spec.cluster.npus_per_node
+    else:
+        def absolute(value: str | None) -> str | None:
+            return None if value is None else str(Path(value).expanduser().absolute())
+
+        model, bf16 = absolute(args.model), absolute(args.bf16_model)
+        profile = absolute(args.profile) or (str(Path(model) / "profile.pt") if model else None)
+        if not args.no_path_check:
+            needed = [("--bf16-model", bf16)]
+            if args.fn != "bf16":
+                needed += [("--model", model), ("--profile", profile)]
+            for label, value in needed:
+                if value is not None and not Path(value).exists():
+                    raise SpecError(f"{label} {value}: does not exist (pass --no-path-check for node-only paths)")
+        layout = detect_layout(Path(model)) if model and Path(model).is_dir() else "compressed-tensors"
+        config = build_config(args.fn, int8_model=model, profile=profile, bf16_model=bf16,
+                              mix=_parse_mix(args.mix), layout=layout)
+        tp, world = args.tp or 1, args.world_size
+    path = write_config(config, Path(args.output))
+    print(f"wrote {path} ({len(config['configs'])} entr{'y' if len(config['configs']) == 1 else 'ies'}); "
+          f"export FLASHRL_CONFIG={path}")
+    if world:
+        mix = mix_summary(config, world, tp)
+        print(f"per DP rollout worker (world {world}, TP {tp}): "
+              + ", ".join(f"{fn} x{count}" for fn, count in sorted(mix.items())))
+    return 0
+

@@ -1,0 +1,157 @@
+"""The deployment plan: what Ansible copies where, the node environment and the Ray job, from one run spec.
+
+`rollout8 plan RUN.yaml -o DIR` runs on the controller (Ansible's plan role) and, in one process, checks the spec
+(`rollout8 check`'s rules, once), renders it (`render`) and writes, into DIR:
+- `flashrl.yaml`: the rendered FlashRL config with node paths (int8 and hybrid runs);
+- `rollout8-plan.json`: the plan, the `Plan` model below. Its fields:
+  `node_paths` (what -> absolute node path: bf16, int8, profile, train, val, flashrl, plan), `copies` (local source
+  -> node destination, file or directory, the list the artifacts role copies), `sha256` ('what/relative file' ->
+  sha256 of the controller's copy, checked again on every node by the smoke job), `env` (exported on every node
+  before `ray start`: render's `build_env`, the same as `rollout8.env`), `entrypoints` (smoke: the cluster smoke
+  job; verl: the rendered verl command), `job_id` (a stable Ray submission id: the same plan gives the same id, so
+  a re-run does not launch a finished job twice).
+
+The same inputs always give byte-identical files, so Ansible sees no change on a re-run. Checksums are cached in
+DIR/.sha256-cache.json by (path, size, mtime) so a re-run does not re-read large models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import CheckFailed, SpecError
+from ..fileutil import atomic_write, sha256_file
+from .flashrl_config import dump_config
+from .render import FLASHRL_FILE, render
+from .runspec import RunSpec, load_spec
+
+PLAN_FILE = "rollout8-plan.json"
+CACHE_FILE = ".sha256-cache.json"
+SCHEMA = 1
+
+
+class Copy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    what: str
+    src: str
+    dest: str
+    kind: Literal["file", "dir"]
+
+
+class Plan(BaseModel):
+    """rollout8-plan.json: what the Ansible roles and the smoke job read (and nothing else)."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_: int = SCHEMA
+    name: str
+    accelerator: Literal["npu", "cpu"]
+    nnodes: int
+    npus_per_node: int
+    quantization: str
+    flashrl: bool
+    deploy_root: str
+    node_paths: dict[str, str]
+    copies: list[Copy]
+    sha256: dict[str, str]
+    env: dict[str, str]
+    entrypoints: dict[str, str]
+    job_id: str = ""
+
+    def to_json(self) -> dict:
+        data = self.model_dump(mode="json")
+        data["schema"] = data.pop("schema_")
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Plan:
+        data = dict(data)
+        data["schema_"] = data.pop("schema", SCHEMA)
+        return cls.model_validate(data)
+
+    def identity(self) -> str:
+        """The job's identity: what runs and on which bytes (not where the controller keeps its copies)."""
+        fields = {k: v for k, v in self.to_json().items() if k not in ("copies", "job_id")}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def load_plan(path: str | Path) -> Plan:
+    return Plan.from_json(json.loads(Path(path).read_text()))
+
+
+def _checksums(what: str, local: Path, cache: dict) -> dict[str, str]:
+    def cached(path: Path) -> str:
+        stat = path.stat()
+        key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+        if key not in cache:
+            cache[key] = sha256_file(path)
+        return cache[key]
+
+    if local.is_dir():
+        files = sorted(p for p in local.rglob("*") if p.is_file())
+        return {f"{what}/{p.relative_to(local)}": cached(p) for p in files}
+    return {what: cached(local)}
+
+
+def refuse_check_errors(spec: RunSpec, source: str | Path) -> None:
+    """`rollout8 check`'s rules, once: any error stops the plan, each finding on its own line."""
+    from .check import run_checks
+
+    errors = [f for f in run_checks(spec) if f.level == "error"]
+    if errors:
+        lines = "\n".join(f.line() for f in errors)
+        raise CheckFailed(f"rollout8 check {source} failed: {len(errors)} error(s)\n{lines}")
+
+
+def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> Plan:
+    spec = load_spec(spec_path)
+    if check:
+        refuse_check_errors(spec, spec_path)
+    rendered = render(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    cache_file = out / CACHE_FILE
+    cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
+
+    root = spec.deploy_root
+    node_paths = {what: spec.node_path(what) for what in spec.artifacts()}
+    node_paths["plan"] = f"{root}/{PLAN_FILE}"
+    copies, sums = [], {}
+    for what in spec.artifacts():
+        local = spec.local_path(what)
+        if local is None or not local.exists():
+            raise SpecError(f"{what}: {local} does not exist on the controller (field "
+                            f"{'model.' + what if what in ('bf16', 'int8', 'profile') else 'data.' + what})")
+        if not spec.deploy.shared_storage:
+            copies.append(Copy(what=what, src=str(local.resolve()), dest=node_paths[what],
+                               kind="dir" if local.is_dir() else "file"))
+        sums.update(_checksums(what, local, cache))
+
+    if rendered.flashrl is not None:
+        node_paths["flashrl"] = spec.node_path("flashrl")
+        flashrl_text = dump_config(rendered.flashrl)
+        flashrl_file = out / FLASHRL_FILE
+        if not flashrl_file.is_file() or flashrl_file.read_text() != flashrl_text:
+            atomic_write(flashrl_file, flashrl_text)
+        copies.append(Copy(what="flashrl", src=str(flashrl_file.resolve()), dest=node_paths["flashrl"], kind="file"))
+        sums["flashrl"] = hashlib.sha256(flashrl_text.encode()).hexdigest()
+
+    smoke = [cli, "smoke-job", "--plan", node_paths["plan"], "--nodes", str(spec.cluster.nnodes)]
+    plan = Plan(
+        name=spec.name, accelerator=spec.cluster.accelerator, nnodes=spec.cluster.nnodes,
+        npus_per_node=spec.cluster.npus_per_node, quantization=spec.rollout.quantization, flashrl=spec.flashrl,
+        deploy_root=root, node_paths=dict(sorted(node_paths.items())), copies=copies,
+        sha256=dict(sorted(sums.items())), env=dict(sorted(rendered.env.items())),
+        entrypoints={"smoke": shlex.join(smoke), "verl": shlex.join(rendered.argv)},
+    )
+    plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
+    text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"
+    plan_file = out / PLAN_FILE
+    if not plan_file.is_file() or plan_file.read_text() != text:
+        atomic_write(plan_file, text)
+    atomic_write(cache_file, json.dumps(cache, sort_keys=True))
+    return plan
