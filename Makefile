@@ -28,7 +28,7 @@ sysdeps: ## install the system packages the demo and tests need (Debian/Ubuntu, 
 # ---------------------------------------------------------------- quality
 .PHONY: lint
 lint: venv ## ruff, yamllint, hadolint, ansible-lint (production profile) and ansible-playbook --syntax-check
-	$(VENV)/bin/ruff check src tests scripts bench
+	$(VENV)/bin/ruff check src tests scripts bench virtual
 	$(VENV)/bin/yamllint -s .
 	$(VENV)/bin/hadolint --config docker/.hadolint.yaml docker/Dockerfile*
 	cd ansible && PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --profile production train.yml reset.yml playbooks roles inventory
@@ -38,21 +38,14 @@ lint: venv ## ruff, yamllint, hadolint, ansible-lint (production profile) and an
 test: sysdeps venv ## run the whole test suite on this machine (CPU; starts Docker if needed)
 	bash scripts/run-tests.sh $(PYTEST_ARGS)
 
-# ---------------------------------------------------------------- simulated cluster (tests/cluster)
-SIM_WORK ?= .cache/cluster/demo
+# ---------------------------------------------------------------- simulated cluster (virtual/)
 .PHONY: demo
 demo: sysdeps venv ## build the simulated 3-node cluster, run ansible/train.yml on it (tiny CPU run, smoke job), print the verdict
-	$(PY) tests/cluster/simcluster.py up > .cache/cluster-demo-spec.txt
-	cd ansible && ANSIBLE_CACHE_PLUGIN_CONNECTION=$(CURDIR)/$(SIM_WORK)/facts PATH=$(CURDIR)/$(VENV)/bin:$$PATH \
-	  ansible-playbook -i ../tests/cluster/inventory/hosts.ini train.yml \
-	  -e rollout8_run_spec=$$(tail -n1 $(CURDIR)/.cache/cluster-demo-spec.txt) -e rollout8_work_dir=$(CURDIR)/$(SIM_WORK) \
-	  -e rollout8_bundle_wheel=$$($(CURDIR)/$(PY) $(CURDIR)/tests/cluster/simcluster.py wheel)
-	@echo "verdict: $$(grep -h '^smoke-job: verdict' $(SIM_WORK)/logs/*/driver.log | tail -n1)"
-	@echo "the cluster stays up (docker ps --filter label=rollout8.sim=1); remove it with: make demo-down"
+	$(PY) virtual/simcluster.py demo $(DEMO_ARGS)
 
 .PHONY: demo-down
 demo-down: ## remove the simulated cluster's containers and network
-	$(PY) tests/cluster/simcluster.py down
+	$(PY) virtual/simcluster.py down
 
 .PHONY: test-unit
 test-unit: venv ## fast tests only (no Docker, no cluster, no engine)
@@ -72,7 +65,7 @@ IMAGE_OPTS = $(foreach v,BASE_IMAGE PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTE
   ALLOW_UNVERIFIED_CANN HTTP_PROXY HTTPS_PROXY NO_PROXY,$(if $($(v)),--build-arg=$(v)=$($(v)))) \
   $(if $(CA_BUNDLE),--secret id=ca_bundle$(comma)src=$(CA_BUNDLE)) $(if $(PLATFORM),--platform=$(PLATFORM)) \
   $(if $(filter podman,$(notdir $(ENGINE))),--format docker)
-SMOKE_RUN_FLAGS ?=
+IMAGE_TEST_FLAGS ?=
 
 .PHONY: lock-check
 lock-check: ## validate versions.lock.yaml (full commit ids, exact versions, sha256 slots)
@@ -94,9 +87,9 @@ image-save: ## write the image as out/<image>.tar.gz plus .sha256, for air-gappe
 	cd $(dir $(IMAGE_TARBALL)) && sha256sum $(notdir $(IMAGE_TARBALL)) > $(notdir $(IMAGE_TARBALL)).sha256
 	@echo "on each node: sha256sum -c $(notdir $(IMAGE_TARBALL)).sha256 && docker load -i $(notdir $(IMAGE_TARBALL))"
 
-.PHONY: smoke
-smoke: ## run tests/smoke inside the built image (add the NPU device flags in SMOKE_RUN_FLAGS on an Atlas node)
-	$(ENGINE) run --rm $(SMOKE_RUN_FLAGS) $(IMAGE) python3 -m pytest -p no:cacheprovider -q -rs /opt/rollout8/tests/smoke
+.PHONY: test-image
+test-image: ## run tests/image inside the built image (add the NPU device flags in IMAGE_TEST_FLAGS on an Atlas node)
+	$(ENGINE) run --rm $(IMAGE_TEST_FLAGS) $(IMAGE) python3 -m pytest -p no:cacheprovider -q -rs /opt/rollout8/tests/image
 
 ENGINE_VENV ?= .cache/engine-venv
 .PHONY: engine-venv

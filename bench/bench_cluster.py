@@ -1,7 +1,7 @@
 """`ansible-playbook train.yml` wall time on 1, 2 and 3 simulated nodes: the first converge from fresh nodes and
 the no-change re-run (how the cost grows with the number of nodes).
 
-Each size starts from fresh containers (tests/cluster/simcluster.py `down` then `up`: images and wheelhouse are
+Each size starts from fresh containers (virtual/simcluster.py `down` then `up`: images and wheelhouse are
 cached, the nodes are new), an inventory of the head plus the first N-1 workers, and the tests' run spec
 (configs/runs/tiny-cpu.yaml with its own deploy root) with `cluster.nnodes: N`. The job is the cluster smoke job.
 A run that fails, or a re-run that changes anything, is an error, not a number. Needs a Docker engine (returns no
@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
+sys.path.insert(0, str(REPO / "virtual"))
 SIZES = (1, 2, 3)
 
 

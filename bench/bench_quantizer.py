@@ -1,4 +1,4 @@
-"""Online int8 requantization on CPU, in GB/s: FlashRL's quantizer (patched) vs rollout8.quant.quantmath vs a plain copy.
+"""Online int8 requantization on CPU, in GB/s: FlashRL (patched) vs rollout8.quant.quantmath vs a plain copy.
 
 At every weight sync FlashRL turns each bf16 linear weight into int8: round(W * output_scale * input_scale),
 clamped to [-128, 127]. The work reads the bf16 weight once, so a plain `copy_` of the same bf16 tensor is the

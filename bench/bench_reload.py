@@ -9,7 +9,7 @@ model.load_weights ROUNDS times per contender, the contenders interleaved:
 - upstream allocation: the same process with ROLLOUT8_FLASHRL_HOST_RELOAD=1, the patch's escape hatch that
   restores upstream's device-less torch.empty (host memory).
 The stock wheel itself cannot be timed here: its quantizer calls torch.cuda.current_device() and the first sync
-fails on a machine without CUDA (stack-facts trap 4; tests/engine shows it).
+fails on a machine without CUDA (stack-facts trap 4; the engine tier shows it).
 
 On a CPU both contenders allocate in the same memory, so a ratio near 1 is the expected CPU result: what the
 patch saves on an accelerator (a device -> host -> device round trip of the whole model per sync) does not exist
@@ -61,13 +61,13 @@ def bench(work_dir: Path) -> list[dict]:
     spec = {"out": str(out), "model": str(pair_dir / "bf16"), "steps": steps}
     (out / "spec.json").write_text(json.dumps(spec))
     # The engine tier's own environment and worker (the bench runs the same engine the tests run).
-    probe = (f"import sys, json; sys.path.insert(0, {str(REPO / 'tests' / 'engine')!r}); "
+    probe = (f"import sys, json; sys.path.insert(0, {str(REPO / 'virtual' / 'engine')!r}); "
              "from engine_platform import engine_env; from pathlib import Path; "
              f"print(json.dumps(engine_env(flashrl_config=Path({str(config)!r}), "
              f"log_file=Path({str(out / 'f.log')!r}))))")
     env = json.loads(subprocess.run([str(engine_python), "-c", probe], capture_output=True, text=True, check=True,
                                     timeout=120).stdout)
-    proc = subprocess.run([str(engine_python), str(REPO / "tests" / "engine" / "engine_worker.py"),
+    proc = subprocess.run([str(engine_python), str(REPO / "virtual" / "engine" / "engine_worker.py"),
                            str(out / "spec.json")], env=env, capture_output=True, text=True, timeout=3600)
     results_file = out / "results.json"
     if not results_file.is_file():

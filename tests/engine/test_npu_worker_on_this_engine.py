@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "npu"))
 from npu_support import INT8_STEPS, rollout8, run_engine  # noqa: E402
 
 from rollout8.node import npu_accept
-from rollout8.quant import quantmath# noqa: E402
+from rollout8.quant import quantmath  # noqa: E402
 from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from pathlib import Path
 from rollout8.node.npu_accept import StepResult
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "engine"))  # engine_platform: the engine tier's environment of one rank
+sys.path.insert(0, str(HERE.parents[1] / "virtual" / "engine"))  # engine_platform: one rank's engine environment
 
 ENGINE_TIMEOUT_S = int(os.environ.get("ROLLOUT8_ENGINE_TIMEOUT", "1800"))
 # The int8 engine's steps: generate, one FlashRL weight update, generate, read the int8 weights back, timing.

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ENGINE_TIER = HERE.parent / "engine"
+ENGINE_TIER = HERE.parents[1] / "virtual" / "engine"
 sys.path.insert(0, str(ENGINE_TIER))  # the engine tier's helpers: one way to find and describe the model
 
 PROMPTS = ["The capital of France is", "Natalia sold clips to 48 of her friends in April. How many",

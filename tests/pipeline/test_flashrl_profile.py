@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("flash_rl", reason="flash-llm-rl (FlashRL) is not installed")
 
-from rollout8.quant import quantmath# noqa: E402
-from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 from rollout8.peak_memory import measure  # noqa: E402
+from rollout8.quant import quantmath  # noqa: E402
+from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 from rollout8.quant.profile import compute_profile, flashrl_profile_command, profile_differences  # noqa: E402
 
 pytestmark = pytest.mark.slow

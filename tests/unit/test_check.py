@@ -9,8 +9,8 @@ import shutil
 import pytest
 import yaml
 
-from rollout8.spec.check import run_checks
 from rollout8.cli import main
+from rollout8.spec.check import run_checks
 from rollout8.spec.runspec import parse_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")

@@ -21,9 +21,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rollout8 import cli  # noqa: E402
+from rollout8.errors import ModelError  # noqa: E402
 from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 from rollout8.quant.convert import MANIFEST_FILE, compare_dequantized, convert_to_ascend  # noqa: E402
-from rollout8.errors import ModelError  # noqa: E402
 from rollout8.quant.layout import (  # noqa: E402
     ASCEND,
     COMPRESSED_TENSORS,

@@ -28,6 +28,7 @@ from rollout8.spec.flashrl_config import (
 )
 
 HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"  # test-only helpers
 FLASH_RL = Path(__import__("importlib").util.find_spec("flash_rl").origin).parent
 
 
@@ -39,7 +40,7 @@ def flashrl_reads(config_path: Path, ranks: list[int], tp: int, tmp: Path) -> di
     plan = {"stub_dir": str(tmp / "stub"), "flashrl_config": str(config_path),
             "ranks": [{"rank": r, "tp": tp, "syncs": 1, "file": str(tmp / f"rank{r}.log")} for r in ranks]}
     (tmp / "plan.json").write_text(json.dumps(plan))
-    done = subprocess.run([sys.executable, str(HERE / "flashrl_log_emitter.py"), str(tmp / "plan.json")],
+    done = subprocess.run([sys.executable, str(SUPPORT / "flashrl_log_emitter.py"), str(tmp / "plan.json")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = {}

@@ -20,6 +20,7 @@ from rollout8.cli import main
 from rollout8.spec.flashrl_config import build_config, write_config
 
 HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"  # test-only helpers
 pytestmark = pytest.mark.slow
 
 
@@ -29,7 +30,7 @@ def _emit(tmp: Path, config: Path | None, ranks: list[dict]) -> None:
     write_stub(tmp / "stub")
     plan = {"stub_dir": str(tmp / "stub"), "flashrl_config": str(config) if config else None, "ranks": ranks}
     (tmp / "plan.json").write_text(json.dumps(plan))
-    done = subprocess.run([sys.executable, str(HERE / "flashrl_log_emitter.py"), str(tmp / "plan.json")],
+    done = subprocess.run([sys.executable, str(SUPPORT / "flashrl_log_emitter.py"), str(tmp / "plan.json")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout8.node import npu_accept
 from rollout8.lock import load_lock
+from rollout8.node import npu_accept
 from rollout8.node.npu_accept import EnvFacts, SpeedRun, StepResult
 
 REPO = Path(__file__).resolve().parents[2]

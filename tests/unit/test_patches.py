@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import upstream_wheels as uw
 
-from rollout8.node import patches
 from rollout8.errors import CheckFailed, PatchError
+from rollout8.node import patches
 
 # sha256 of verl/__init__.py at the verl pin (== verl 0.6.1's), see the module docstring.
 PINNED_VERL_INIT_SHA256 = "7dfdea6a41b22a2958e90803063f59e8828dcbd5932beb3442acb3e8fab0b6e3"

@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rollout8 import cli
-from rollout8.quant import quantmath# noqa: E402
-from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
+from rollout8 import cli  # noqa: E402
 from rollout8.errors import ModelError  # noqa: E402
+from rollout8.quant import quantmath  # noqa: E402
+from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 from rollout8.quant.profile import compute_profile, profile_differences, write_profile  # noqa: E402
 from rollout8.quant.verify import verify  # noqa: E402
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollout8.spec import verl_keys
 from rollout8.cli import main
+from rollout8.spec import verl_keys
 from rollout8.spec.render import FLASHRL_FILE, MANIFEST_FILE, render, write_outputs
 from rollout8.spec.runspec import load_spec
 

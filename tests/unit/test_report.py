@@ -9,14 +9,11 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from verl_log_writers import (  # noqa: E402
     ConsoleWriter,
     JsonlWriter,

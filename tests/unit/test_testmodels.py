@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rollout8 import cli  # noqa: E402
-from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 from rollout8.errors import ModelError  # noqa: E402
+from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
 from rollout8.quant.testmodels import PRESETS, make_pair, resolve_shape  # noqa: E402
 
 LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",

@@ -1,4 +1,4 @@
-"""Helpers shared by the smoke tests (a uniquely named module: several test folders have a conftest.py)."""
+"""Helpers shared by the image tests (a uniquely named module: several test folders have a conftest.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from smoke_support import installed_version
+from image_support import installed_version
 
 # distribution name in the lock -> distribution name installed
 PYPI_DISTS = {"torch": "torch", "torch_npu": "torch_npu", "ray": "ray", "flash-llm-rl": "flash-llm-rl"}

@@ -1,4 +1,4 @@
-"""Checks that need no NPU stack: they run in the image (`make smoke`) and on a CPU checkout in CI."""
+"""Checks that need no NPU stack: they run in the image (`make test-image`) and on a CPU checkout in CI."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from smoke_support import installed_version, site_dirs
+from image_support import installed_version, site_dirs
 
 from rollout8.node.patches import apply_patches, find_patches, patch_status
 
@@ -91,7 +91,7 @@ def test_verl_imports_flash_rl_first(in_image, flash_rl_site):
 
 
 def test_image_records(in_image, lock):
-    for rel in ("configs", "tests/smoke"):
+    for rel in ("configs", "tests/image"):
         assert (Path("/opt/rollout8") / rel).is_dir(), f"/opt/rollout8/{rel} missing"
     assert not Path("/run/secrets/ca_bundle").exists(), "the build's CA bundle secret leaked into the image"
     assert installed_version("pytest") == lock.pypi["pytest"]

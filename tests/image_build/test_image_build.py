@@ -7,7 +7,7 @@ FlashRL's auto patch written by FlashRL itself), with every build arg from the l
 them. This proves: the STACK_IMAGE hook, the CA bundle passed as a BuildKit secret (pip reaches PyPI through it
 and it is in no layer), the pip cache mount (nothing cached lands in the image), the patch step
 (`rollout8 patches apply` + `flashrl cleanup` on a real flash-llm-rl install), the bundle install, the OCI labels
-carrying every pin, and `make smoke` running tests/smoke inside the result.
+carrying every pin, and `make test-image` running tests/image inside the result.
 
 Builder: `docker build` with BuildKit when the buildx plugin is present, else podman (buildah), which implements
 the same Dockerfile features; Debian's docker.io 20.10 CLI has no BuildKit without buildx.
@@ -189,10 +189,10 @@ def test_no_secret_and_no_pip_cache_in_the_image(engine, bundle):
     assert "BEGIN CERTIFICATE" not in history
 
 
-def test_make_smoke_runs_tests_smoke_in_the_image(engine, bundle):
+def test_make_test_image_runs_tests_image_in_the_image(engine, bundle):
     flags = PODMAN_RUN_FLAGS if engine == "podman" else ""
-    result = sh(["make", "-C", str(ROOT), "smoke", f"ENGINE={engine}", f"IMAGE={BUNDLE_TAG}",
-                 f"SMOKE_RUN_FLAGS={flags}", f"PYTHON={sys.executable}"], check=False, timeout=600)
+    result = sh(["make", "-C", str(ROOT), "test-image", f"ENGINE={engine}", f"IMAGE={BUNDLE_TAG}",
+                 f"IMAGE_TEST_FLAGS={flags}", f"PYTHON={sys.executable}"], check=False, timeout=600)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     assert " passed" in out and "failed" not in out, out[-4000:]

@@ -1,6 +1,6 @@
-"""Fixtures of the image smoke tests (tests/smoke), in the style of jupyter/docker-stacks: plain pytest, no plugins.
+"""Fixtures of the image tests (tests/image), in the style of jupyter/docker-stacks: plain pytest, no plugins.
 
-`make smoke` runs these inside the built image (they are baked in at /opt/rollout8/tests/smoke). The same files
+`make test-image` runs these inside the built image (they are baked in at /opt/rollout8/tests/image). The same files
 run on a CPU checkout in CI: what needs the NPU stack (torch_npu, vllm_ascend, CANN) is skipped there with the
 reason, what needs an NPU device is marked `npu`, and what needs the image itself asks for the `in_image` fixture.
 """
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from smoke_support import installed_version
+from image_support import installed_version
 
 from rollout8.lock import Lock, load_lock
 
@@ -32,7 +32,7 @@ def lock() -> Lock:
 @pytest.fixture(scope="session")
 def in_image() -> None:
     if os.environ.get("ROLLOUT8_IN_IMAGE") != "1":
-        pytest.skip("checks the built image itself: run with `make smoke` (ROLLOUT8_IN_IMAGE is not set here)")
+        pytest.skip("checks the built image itself: run with `make test-image` (ROLLOUT8_IN_IMAGE is not set here)")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,190 @@
+"""The package's shape (docs/architecture.md): layers that import in one direction, commands at the edge,
+nothing under tests/ reached from the product, one of each shared helper."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PKG = REPO / "src" / "rollout8"
+
+# Layer of each top-level part of the package; a module may import only from its own layer or lower ones.
+LAYERS = {
+    "errors": 0, "findings": 0, "paths": 0, "fileutil": 0, "lock": 0, "peak_memory": 0,
+    "quant": 1, "results": 1,
+    "spec": 2,
+    "node": 3,
+    "commands": 4,
+    "cli": 5, "activate": 5, "__main__": 5,
+    "__init__": 0,  # the root package: only __version__
+}
+
+
+def module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_imports(root: Path) -> dict[str, set[str]]:
+    """module -> the package modules it imports (at any depth: lazy imports inside functions count)."""
+    graph: dict[str, set[str]] = {}
+    top = root.name
+    for path in sorted(root.rglob("*.py")):
+        name = module_name(path, root)
+        is_pkg = path.name == "__init__.py"
+        base = name.split(".") if is_pkg else name.split(".")[:-1]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name.split(".")[0] == top)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = base[: len(base) - node.level + 1]
+                    target = ".".join(anchor + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target.split(".")[0] != top:
+                    continue
+                deps.add(target)
+                deps.update(f"{target}.{a.name}" for a in node.names)  # `from . import x` names a module
+        graph[name] = deps
+    known = set(graph)
+    return {m: {d for d in deps if d in known and d != m} for m, deps in graph.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    part = parts[1] if len(parts) > 1 else "__init__"
+    if part not in LAYERS:
+        raise AssertionError(f"{module}: not in a known layer; add it to LAYERS and docs/architecture.md")
+    return LAYERS[part]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if dep.count(".") == 1 and dep.split(".")[1] in ("quant", "spec", "node", "results", "commands") \
+                    and layer_of(dep) < layer_of(module):
+                continue  # importing a lower subpackage's __init__ is fine
+            if layer_of(dep) > layer_of(module):
+                bad.append(f"{module} (layer {layer_of(module)}) imports {dep} (layer {layer_of(dep)})")
+            elif ".commands" in dep and ".commands" not in module and layer_of(module) < LAYERS["cli"]:
+                bad.append(f"{module} imports the command module {dep}")
+    return bad
+
+
+def test_the_package_has_no_import_cycle_and_layers_point_down():
+    graph = package_imports(PKG)
+    assert len(graph) > 30, "the walker found too few modules"
+    assert "rollout8.spec.render" in graph["rollout8.spec.check"], "the walker misses relative imports"
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
+    assert layer_violations(graph) == []
+
+
+def test_the_walker_sees_a_deliberate_cycle_and_an_upward_import(tmp_path):
+    """The checks above can fail: a copy of the package with one cycle and one library->command import."""
+    import shutil
+
+    copy = tmp_path / "rollout8"
+    shutil.copytree(PKG, copy)
+    render = copy / "spec" / "render.py"
+    render.write_text(render.read_text() + "\n\ndef _late():\n    from .check import run_checks  # noqa\n")
+    verdict = copy / "results" / "verdict.py"
+    verdict.write_text(verdict.read_text() + "\n\ndef _cli():\n    from ..commands import logs  # noqa\n")
+    graph = package_imports(copy)
+    cycle = find_cycle(graph)
+    assert cycle and {"rollout8.spec.check", "rollout8.spec.render"} <= set(cycle)
+    assert any("rollout8.results.verdict" in v and "commands" in v for v in layer_violations(graph))
+
+
+def test_every_command_has_its_own_module_named_after_it():
+    from rollout8.cli import COMMANDS, command_module
+
+    files = {p.stem for p in (PKG / "commands").glob("*.py")} - {"__init__"}
+    assert files == {name.replace("-", "_") for name in COMMANDS}
+    for name in COMMANDS:
+        tree = ast.parse((PKG / "commands" / f"{name.replace('-', '_')}.py").read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert {"add_arguments", "run"} <= defined, command_module(name)
+
+
+def test_no_library_module_defines_argument_parsing():
+    for path in PKG.rglob("*.py"):
+        if "commands" in path.parts or path.name in ("cli.py",):
+            continue
+        defined = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+        assert "add_arguments" not in defined, f"{path.relative_to(REPO)}: command handling belongs in commands/"
+
+
+@pytest.mark.parametrize("pattern, where", [
+    (r"def sha256_file\b|def _sha256\b|def file_sha256\b|hashlib.sha256()$", "the sha256-of-a-file helper"),
+    (r"os\.replace\(", "the atomic write / publish"),
+    (r"def build_env\b|def node_env\b", "the node environment builder"),
+])
+def test_one_definition_of_each_shared_helper(pattern, where):
+    out = subprocess.run(["git", "grep", "-nE", pattern, "--", "src"], cwd=REPO, capture_output=True, text=True)
+    files = {line.split(":", 1)[0] for line in out.stdout.splitlines()}
+    expected = {"src/rollout8/spec/render.py"} if "env" in where else {"src/rollout8/fileutil.py"}
+    assert files == expected, f"{where}: {out.stdout}"
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """String constants of a Python file that are not docstrings (paths a program could open or run)."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            docstrings.add(id(node.body[0].value))
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+def reaches_tests(text: str) -> bool:
+    """A path-like string (no spaces: messages do not count) naming tests/ or a file under it."""
+    return not any(c.isspace() for c in text) and (text == "tests" or text.startswith("tests/") or "/tests/" in text)
+
+
+def test_nothing_under_tests_is_reached_by_the_product():
+    """src/, bench/ and virtual/ never name a path under tests/ in code, and the demo's make recipe neither."""
+    hits = []
+    for folder in ("src", "bench", "virtual"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            hits += [f"{path.relative_to(REPO)}:{line}: {s!r}" for line, s in _code_strings(path) if reaches_tests(s)]
+    assert hits == []
+    assert reaches_tests("tests") and reaches_tests("/tests/engine/x.py") and not reaches_tests("runs tests/engine")
+    import os
+
+    recipe = subprocess.run(["make", "-n", "demo", "demo-down", "bench"], cwd=REPO, capture_output=True, text=True,
+                            env=dict(os.environ, MAKEFLAGS="")).stdout
+    assert "virtual/" in recipe and "tests/" not in recipe, recipe
