@@ -79,5 +79,6 @@ def test_sha256_file_streams_and_reports_progress(tmp_path):
     path = tmp_path / "blob"
     path.write_bytes(data)
     seen = []
-    assert sha256_file(path, progress=lambda done, total: seen.append((done, total))) == hashlib.sha256(data).hexdigest()
+    digest = sha256_file(path, progress=lambda done, total: seen.append((done, total)))
+    assert digest == hashlib.sha256(data).hexdigest()
     assert seen == [(fileutil.CHUNK, len(data)), (2 * fileutil.CHUNK, len(data)), (len(data), len(data))]
