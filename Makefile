@@ -40,7 +40,7 @@ test: sysdeps venv ## run the whole test suite on this machine (CPU; starts Dock
 
 # ---------------------------------------------------------------- simulated cluster (virtual/)
 .PHONY: demo
-demo: sysdeps venv ## build the simulated 3-node cluster, run ansible/train.yml on it (tiny CPU run, smoke job), print the verdict
+demo: sysdeps venv ## build the simulated 3-node cluster (virtual/), run ansible/train.yml on it (tiny CPU run, smoke job), print the verdict
 	$(PY) virtual/simcluster.py demo $(DEMO_ARGS)
 
 .PHONY: demo-down

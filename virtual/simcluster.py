@@ -109,6 +109,7 @@ def node_image(house: Path) -> str:
     if docker_ok("image", "inspect", image):
         print(f">> node image {image} already built", file=sys.stderr)
         return image
+    sh("bash", "scripts/make-base-image.sh")  # cached; every caller (demo, tests, bench) gets it, whatever the order
     print(f">> node image {image}: offline install from {house} (about a minute)", file=sys.stderr)
     builder = f"rollout8-sim-build-{house.name}"
     sh("docker", "rm", "-f", builder, check=False, capture=True)
@@ -142,7 +143,6 @@ def train_image(wheel: Path) -> str:
 
 
 def up() -> str:
-    sh("bash", "scripts/make-base-image.sh")
     image = node_image(wheelhouse())
     if not docker_ok("network", "inspect", NETWORK):
         sh("docker", "network", "create", "--label", LABEL, NETWORK, capture=True)

@@ -128,7 +128,7 @@ def compute_profile(bf16_dir: str | Path, int8_dir: str | Path, progress=None) -
     """FlashRL's int8 profile for a bf16 model and its W8A8 (compressed-tensors) twin, streamed layer by layer.
     Keys are in the order FlashRL writes them (all norms, then q/k/v/o/gate/up, then down)."""
     # The int8 model may be in the compressed-tensors or the vllm-ascend layout: tensor names and values of the
-    # int8 weights, scales and norms are the same in both (quant_layout checks the scheme, MoE and layout).
+    # int8 weights, scales and norms are the same in both (quant.layout checks the scheme, MoE and layout).
     int8 = open_quantized(int8_dir).checkpoint
     bf16 = Checkpoint(bf16_dir)
     n = _check_pair(bf16, int8)
