@@ -1,0 +1,83 @@
+"""`rollout8 plan`: check once, render in process, the node env from render's one builder, the Plan model."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollout8.cli import main
+from rollout8.spec import check as check_module
+from rollout8.spec.plan import PLAN_FILE, Plan, build_plan, load_plan
+from rollout8.spec.render import build_env, render
+from rollout8.spec.runspec import load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+pytest.importorskip("torch")
+
+
+@pytest.fixture
+def tiny_spec(tmp_path, model_pair):
+    """configs/runs/tiny-cpu.yaml pointing at the session's tiny pair, a real profile and real parquet data."""
+    from rollout8.quant.profile import write_profile
+    from rollout8.spec.testdata import make_dataset
+
+    data = make_dataset(tmp_path / "data", 4, 2, 0)
+    profile = tmp_path / "profile.pt"
+    write_profile(model_pair.bf16, model_pair.int8, profile)
+    spec = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
+    spec["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(profile))
+    spec["data"] = {"train": str(data["train"]), "val": str(data["val"])}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_plan_checks_once_renders_in_process_and_uses_renders_env(tiny_spec, tmp_path, monkeypatch):
+    calls = []
+    real = check_module.run_checks
+    monkeypatch.setattr(check_module, "run_checks", lambda spec: calls.append(spec.name) or real(spec))
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"plan started a subprocess: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_subprocess)
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    plan = build_plan(tiny_spec, tmp_path / "plan", "/opt/rollout8/venv/bin/rollout8")
+    assert calls == ["tiny-cpu"], "check's rules run exactly once"
+    spec = load_spec(tiny_spec)
+    assert plan.env == dict(sorted(build_env(spec)[0].items()))
+    assert plan.entrypoints["verl"] == shlex.join(render(spec).argv)
+    assert "HCCL_CONNECT_TIMEOUT" not in plan.env and "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES" not in plan.env
+    assert plan.env["FLASHRL_CONFIG"] == plan.node_paths["flashrl"]
+    assert not (tmp_path / "plan" / "render").exists()
+    assert load_plan(tmp_path / "plan" / PLAN_FILE) == plan
+
+
+def test_plan_is_byte_identical_on_a_rerun_and_its_json_is_the_model(tiny_spec, tmp_path):
+    out = tmp_path / "plan"
+    first = build_plan(tiny_spec, out, "rollout8")
+    text, mtime = (out / PLAN_FILE).read_text(), (out / PLAN_FILE).stat().st_mtime_ns
+    second = build_plan(tiny_spec, out, "rollout8")
+    assert second.job_id == first.job_id and (out / PLAN_FILE).stat().st_mtime_ns == mtime
+    data = json.loads(text)
+    assert data["schema"] == 1 and Plan.from_json(data).to_json() == data
+    with pytest.raises(ValueError):
+        Plan.from_json({**data, "unknown_field": 1})
+
+
+def test_plan_refuses_a_spec_check_refuses_naming_the_field(tiny_spec, tmp_path, capsys):
+    spec = yaml.safe_load(tiny_spec.read_text())
+    spec["verl"]["actor_rollout_ref.rollout.mode"] = "async"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(spec))
+    assert main(["plan", str(bad), "-o", str(tmp_path / "p")]) != 0
+    err = capsys.readouterr().err
+    assert "rollout8 check" in err and "actor_rollout_ref.rollout.mode" in err
+    assert not (tmp_path / "p" / PLAN_FILE).exists()
+    assert main(["plan", str(bad), "-o", str(tmp_path / "p"), "--no-check"]) == 0
+    assert "actor_rollout_ref.rollout.mode=async" in load_plan(tmp_path / "p" / PLAN_FILE).entrypoints["verl"]
