@@ -147,7 +147,7 @@ def test_no_library_module_defines_argument_parsing():
 
 
 @pytest.mark.parametrize("pattern, where", [
-    (r"def sha256_file\b|def _sha256\b|def file_sha256\b|hashlib.sha256()$", "the sha256-of-a-file helper"),
+    (r"def \w*sha256\w*\(|while block := |iter\(lambda: \w+\.read\(", "the sha256-of-a-file helper"),
     (r"os\.replace\(", "the atomic write / publish"),
     (r"def build_env\b|def node_env\b", "the node environment builder"),
 ])
