@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import Rollout8Error
 from ..node.smoke_job import VERDICT_PREFIX, run_job
+from ..spec.plan import load_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        plan = json.loads(Path(args.plan).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        plan = load_plan(args.plan).to_json()  # the one Plan model: a plan of another schema is refused here
+    except (OSError, ValueError) as exc:
         raise Rollout8Error(f"--plan {args.plan}: cannot read the plan ({exc}); run the artifacts play first") from exc
     verdict = run_job(plan, args.nodes, args.timeout)
     line = json.dumps(verdict, sort_keys=True)
