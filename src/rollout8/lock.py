@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import LockError
-from .fileutil import sha256_file
+from .fileutil import atomic_write, sha256_file
 from .paths import lock_path
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -355,7 +355,7 @@ def update_readme(lock: Lock, path: Path) -> bool:
     new = text[:begin] + "\n" + format_markdown(lock) + "\n" + text[end:]
     if new == text:
         return False
-    path.write_text(new)
+    atomic_write(path, new, mode=path.stat().st_mode & 0o777)  # a crash never leaves half a README
     return True
 
 
