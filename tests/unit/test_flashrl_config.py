@@ -27,7 +27,6 @@ from rollout8.spec.flashrl_config import (
     write_config,
 )
 
-HERE = Path(__file__).resolve().parent
 SUPPORT = Path(__file__).resolve().parents[1] / "support"  # test-only helpers
 FLASH_RL = Path(__import__("importlib").util.find_spec("flash_rl").origin).parent
 

@@ -19,7 +19,6 @@ import pytest
 from rollout8.cli import main
 from rollout8.spec.flashrl_config import build_config, write_config
 
-HERE = Path(__file__).resolve().parent
 SUPPORT = Path(__file__).resolve().parents[1] / "support"  # test-only helpers
 pytestmark = pytest.mark.slow
 
