@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import CheckFailed, SpecError
 from ..fileutil import atomic_write, sha256_file
+from . import check as check_rules
 from .flashrl_config import dump_config
 from .render import FLASHRL_FILE, render
 from .runspec import RunSpec, load_spec
@@ -100,9 +101,7 @@ def _checksums(what: str, local: Path, cache: dict) -> dict[str, str]:
 
 def refuse_check_errors(spec: RunSpec, source: str | Path) -> None:
     """`rollout8 check`'s rules, once: any error stops the plan, each finding on its own line."""
-    from .check import run_checks
-
-    errors = [f for f in run_checks(spec) if f.level == "error"]
+    errors = [f for f in check_rules.run_checks(spec) if f.level == "error"]
     if errors:
         lines = "\n".join(f.line() for f in errors)
         raise CheckFailed(f"rollout8 check {source} failed: {len(errors)} error(s)\n{lines}")
