@@ -153,3 +153,22 @@ def test_info_level_logs_are_incomplete_not_patched(emitted, tmp_path, capsys):
     rc, report = run_logs(tmp_path, capsys)
     assert rc == 1 and report["ranks"][0]["status"] == "incomplete"
     assert "FLASHRL_LOGGING_LEVEL" in report["ranks"][0]["reason"]
+
+
+def test_steps_require_exactly_one_sync_per_training_step(emitted, tmp_path, capsys):
+    """--steps N (the verify play passes the plan's trainer.total_training_steps): 3 syncs pass only for 3 steps."""
+    for r in (0, 1):
+        shutil.copy(emitted / f"rank{r}.log", tmp_path / f"rank{r}.log")
+    assert run_logs(tmp_path, capsys, "--steps", "3")[0] == 0
+    for steps in ("2", "4"):  # a missed sync, or one sync too many (a rank reloading twice), both fail
+        rc, report = run_logs(tmp_path, capsys, "--steps", steps)
+        assert rc == 1 and all(f"one per training step: {steps}" in r["reason"] for r in report["ranks"])
+
+
+def test_collected_worker_logs_name_their_host(emitted, tmp_path, capsys):
+    """The verify play's layout, <job>/<host>/logs/worker-*: a rank without a Ray ip prefix is named by host."""
+    for host, r in (("node-a", 0), ("node-b", 1)):
+        ray_session(tmp_path / host, {100 + r: ("WorkerDict", emitted / f"rank{r}.log")})
+    assert main(["logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "(pid 100 in node-a)" in out and "(pid 101 in node-b)" in out

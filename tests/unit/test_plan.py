@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import yaml
 from rollout8.cli import main
 from rollout8.spec import check as check_module
 from rollout8.spec.plan import PLAN_FILE, Plan, build_plan, load_plan
-from rollout8.spec.render import build_env, render
+from rollout8.spec.render import build_env, launch_text, render
 from rollout8.spec.runspec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +50,11 @@ def test_plan_checks_once_renders_in_process_and_uses_renders_env(tiny_spec, tmp
     assert calls == ["tiny-cpu"], "check's rules run exactly once"
     spec = load_spec(tiny_spec)
     assert plan.env == dict(sorted(build_env(spec)[0].items()))
-    assert plan.entrypoints["verl"] == shlex.join(render(spec).argv)
+    # the verl job is render's launch.sh, copied to every node: the env exports, then the verl command
+    assert plan.entrypoints["verl"] == f"bash {plan.node_paths['launch']}"
+    assert (tmp_path / "plan" / "launch.sh").read_text() == launch_text(render(spec))
+    assert any(c.what == "launch" and c.dest == plan.node_paths["launch"] for c in plan.copies)
+    assert plan.training_steps == spec.verl["trainer.total_training_steps"]
     assert "HCCL_CONNECT_TIMEOUT" not in plan.env and "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES" not in plan.env
     assert plan.env["FLASHRL_CONFIG"] == plan.node_paths["flashrl"]
     assert not (tmp_path / "plan" / "render").exists()
@@ -80,4 +83,4 @@ def test_plan_refuses_a_spec_check_refuses_naming_the_field(tiny_spec, tmp_path,
     assert "rollout8 check" in err and "actor_rollout_ref.rollout.mode" in err
     assert not (tmp_path / "p" / PLAN_FILE).exists()
     assert main(["plan", str(bad), "-o", str(tmp_path / "p"), "--no-check"]) == 0
-    assert "actor_rollout_ref.rollout.mode=async" in load_plan(tmp_path / "p" / PLAN_FILE).entrypoints["verl"]
+    assert "actor_rollout_ref.rollout.mode=async" in (tmp_path / "p" / "launch.sh").read_text()

@@ -189,3 +189,46 @@ def test_hydra_composes_the_rendered_overrides(tmp_path):
         assert verl_keys.hydra_problems(rendered.overrides, config_dir) == {}, spec.name
     bad = [verl_keys.Override("", "actor_rollout_ref.actor.tis_imp_ratio_cap", 2.0)]
     assert verl_keys.hydra_problems(bad, config_dir), sys_path
+
+
+CPU_HOOK = "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=rollout8_cpu_bridges.install"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_only_cpu_specs_name_the_cpu_bridges(spec):
+    """The simulated tier's CPU bridges are loaded through one rendered override, for accelerator: cpu only."""
+    rendered = render(load_spec(spec))
+    named = [arg for arg in rendered.argv if "rollout8_cpu_bridges" in arg]
+    if rendered.spec.cluster.accelerator == "cpu":
+        assert named == [CPU_HOOK]
+    else:
+        assert named == []
+        assert not any("rollout8_cpu_bridges" in value for value in rendered.env.values())
+
+
+def test_the_product_never_imports_the_cpu_bridges():
+    """Nothing under src/ or docker/ imports or copies virtual/cpu_bridges; render only names the hook."""
+    repo = Path(__file__).resolve().parents[2]
+    hits = []
+    for path in [*(repo / "src").rglob("*.py"), *(repo / "docker").rglob("*")]:
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            if "cpu_bridges" in text:
+                hits.append(path.relative_to(repo).as_posix())
+    assert hits == ["src/rollout8/spec/render.py"], hits
+    render_py = (repo / "src/rollout8/spec/render.py").read_text()
+    assert "import rollout8_cpu_bridges" not in render_py and "from rollout8_cpu_bridges" not in render_py
+    dockerignore = (repo / ".dockerignore").read_text() if (repo / ".dockerignore").is_file() else ""
+    dockerfile = (repo / "docker" / "Dockerfile").read_text()
+    assert "virtual/cpu_bridges" not in dockerfile and "COPY virtual " not in dockerfile, dockerignore
+
+
+def test_custom_reward_is_rendered_with_its_node_path(tmp_path):
+    spec = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
+    rendered = render(load_spec(REPO / "configs" / "runs" / "tiny-cpu.yaml"))
+    assert rendered.value("custom_reward_function.path") == (True, "/var/lib/rollout8/runs/tiny-cpu/data/reward.py")
+    assert rendered.value("custom_reward_function.name") == (True, "compute_score")
+    del spec["data"]["reward"]
+    path = tmp_path / "no-reward.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert render(load_spec(path)).value("custom_reward_function.path") == (False, None)

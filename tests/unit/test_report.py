@@ -263,6 +263,7 @@ def test_report_three_runs(three_runs, tmp_path):
     assert sp["steps"] == 7 and 1.15 < sp["ratio"] < 1.3 and sp["low"] <= sp["ratio"] <= sp["high"]
     assert rows["hybrid"]["throughput"] is None and rows["bf16"]["throughput"] > 0
     assert rows["bf16"]["switch_time"] == pytest.approx(0.5)
+    assert rows["bf16"]["update_time"] == pytest.approx(0.25 * rows["bf16"]["step_time"]["mean"], rel=0.01)
     notes = "\n".join(summary["notes"])
     assert "int8: steps logged more than once with different values (restarted run?): 8" in notes
     assert "int8: stops at step 9 while the longest run reaches 10" in notes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import upstream_wheels as uw
@@ -46,3 +47,29 @@ def test_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rollout8", "make-test-data", "-o", str(tmp_path), "--train", "0"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "at least 1" in bad.stderr
+
+
+def test_reward_file_scores_response_text_so_a_random_policy_gets_a_signal(tmp_path):
+    """make-test-data's reward.py (the run spec's data.reward): responses differ in score, so GRPO's advantages
+    and updates are not all zero (verl's GSM8K rule gives every random response 0)."""
+    path = make_dataset(tmp_path / "d")["reward"]
+    spec = importlib.util.spec_from_file_location("reward", path)
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    scores = {reward.compute_score("openai/gsm8k", text, "42") for text in ("abc def", "a1b2", "12 34", "7")}
+    assert len(scores) == 4 and all(0.0 <= s <= 1.0 for s in scores)
+
+
+def test_shipped_tiny_cpu_spec_fits_its_data(model_pair_factory, tmp_path):
+    """Every prompt make-test-data writes, through the demo model's chat template as verl's RLHFDataset tokenizes
+    it, fits the shipped spec's data.max_prompt_length (verl's default truncation=error refuses longer ones)."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs/runs/tiny-cpu.yaml").read_text())
+    limit = spec["verl"]["data.max_prompt_length"]
+    tokenizer = AutoTokenizer.from_pretrained(model_pair_factory("tiny-engine").bf16)
+    paths = make_dataset(tmp_path / "d")
+    lengths = [len(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True))
+               for split in ("train", "val") for row in pq.read_table(paths[split]).to_pylist()]
+    assert 64 < max(lengths) <= limit, (max(lengths), limit)

@@ -15,6 +15,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.add_argument("--min-syncs", type=int, default=0,
                         help="also require at least this many quantized syncs on every int8 rank")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="the run's training steps: require exactly one quantized sync per step on every "
+                             "int8 rank (verl's sync rollout loads the actor's weights once per step)")
+
+
+def _host_dir(root: Path, source: str) -> str:
+    """' in HOST' for a worker log collected under ROOT/HOST/... (the verify play's layout), else ''."""
+    try:
+        parts = Path(source).relative_to(root).parts
+    except ValueError:
+        return ""
+    return f" in {parts[0]}" if len(parts) > 1 else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,17 +34,22 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise Rollout8Error(f"{path}: no such file or directory")
     report = verdict(scan(path))
-    short = [r for r in report["ranks"] if r["status"] == "patched" and r["syncs"] < args.min_syncs]
-    if short:
-        report["ok"] = False
-        for r in short:
+    for r in report["ranks"]:
+        if r["status"] != "patched":
+            continue
+        if r["syncs"] < args.min_syncs:
+            report["ok"] = False
             r["reason"] += f" (fewer than --min-syncs {args.min_syncs})"
+        if args.steps is not None and r["syncs"] != args.steps:
+            report["ok"] = False
+            r["reason"] += f" (expected one per training step: {args.steps})"
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         for r in report["ranks"]:
             who = f"rank {r['rank']}" if r["rank"] is not None else "rank ?"
-            where = f"pid {r['pid']}" + (f" on {r['ip']}" if r["ip"] else "") if r["pid"] else r["source"]
+            where = f"pid {r['pid']}" + (f" on {r['ip']}" if r["ip"] else _host_dir(path, r["source"])) \
+                if r["pid"] else r["source"]
             print(f"{who:>9} ({where}): {r['status']}: {r['reason']}")
         if not report["ranks"]:
             print(f"no rollout rank found in {report['files']} file(s): are these the workers' logs, with "

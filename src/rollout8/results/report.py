@@ -29,6 +29,7 @@ VAL_LEGACY = re.compile(r"^val/test_score/(?P<source>.+)$")
 STEP_TIME = ("timing_s/step", "perf/time_per_step")
 GEN_TIME = ("timing_s/gen",)
 GEN_ONLY = ("timing_s/generate_sequences",)
+UPDATE_TIME = ("timing_s/update_actor",)
 THROUGHPUT = ("perf/throughput",)
 TRAIN_REWARD = ("critic/rewards/mean", "critic/score/mean")
 RESP_LEN = ("response_length/mean",)
@@ -157,6 +158,8 @@ def summarize(runs: list[RunLog], baseline: RunLog, skip_first: int) -> tuple[li
             row["switch_time"] = _mean([gen[s] - only[s] for s in gen if s in only])
         else:
             row["switch_time"] = None
+        key = _first_key(run, UPDATE_TIME)
+        row["update_time"] = _mean(list(_timed_steps(run, key, skip_first).values())) if key else None
         key = _first_key(run, THROUGHPUT)
         row["throughput"] = _mean(list(_timed_steps(run, key, skip_first).values())) if key else None
         key = _first_key(run, RESP_LEN)
@@ -238,7 +241,8 @@ def figures(runs: list[RunLog], out: Path, notes: list[str]) -> list[tuple[str, 
         ("time", "Step time and its rollout part",
          [Panel("step time (timing_s/step)", "seconds", STEP_TIME),
           Panel("rollout: timing_s/gen (sync + generation), dashed: generate_sequences", "seconds",
-                GEN_TIME, GEN_ONLY)]),
+                GEN_TIME, GEN_ONLY),
+          Panel("actor update (timing_s/update_actor)", "seconds", UPDATE_TIME)]),
         ("throughput", "Throughput", [Panel("perf/throughput", "tokens/s per device", THROUGHPUT)]),
     ]
     if not vkeys:
@@ -290,7 +294,8 @@ def render_html(title: str, runs: list[RunLog], rows: list[dict], notes: list[st
     for key in vkeys:
         head += [f"final {html.escape(key)}", "best (step)"]
     head += ["mean step time, speed-up", "mean rollout time (timing_s/gen), speed-up",
-             "of which weight sync and engine switch (s)", "tokens/s/device", "mean response length"]
+             "of which weight sync and engine switch (s)", "actor update (timing_s/update_actor, s)",
+             "tokens/s/device", "mean response length"]
     body = []
     base_row = next(r for r in rows if r["baseline"])
     for row in rows:
@@ -304,7 +309,7 @@ def render_html(title: str, runs: list[RunLog], rows: list[dict], notes: list[st
             cells += [_fmt(val["final"]) + delta if val else "&ndash;",
                       f"{_fmt(val['best'])} ({val['best_step']})" if val else "&ndash;"]
         cells += [_speedup_cell(row["step_time"]), _speedup_cell(row["gen_time"]), _fmt(row["switch_time"]),
-                  _fmt(row["throughput"]),
+                  _fmt(row["update_time"]), _fmt(row["throughput"]),
                   _fmt(row["response_length"])]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     imgs = []

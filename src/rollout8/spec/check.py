@@ -111,7 +111,7 @@ def check_paths(c: _Collector, spec: RunSpec) -> None:
                 f"is set by render to {spec.node_path('flashrl')} (deploy.root); remove it from env")
     shared = spec.deploy.shared_storage
     fields = {"bf16": "model.bf16", "int8": "model.int8", "profile": "model.profile", "train": "data.train",
-              "val": "data.val"}
+              "val": "data.val", "reward": "data.reward"}
     for name in spec.artifacts():
         local = spec.local_path(name)
         field = fields[name]
@@ -126,7 +126,7 @@ def check_paths(c: _Collector, spec: RunSpec) -> None:
                        "(shared storage; the smoke job checks it on every node)")
             continue
         if not Path(local).exists():
-            what = "file" if name in ("profile", "train", "val") else "model directory"
+            what = "file" if name in ("profile", "train", "val", "reward") else "model directory"
             hint = {"profile": "; make it with `rollout8 profile -m BF16 -q INT8 -o PROFILE`"}.get(name, "")
             c.error("flashrl-paths", field, f"{local}: {what} does not exist here (it is copied from here to "
                     f"{spec.node_path(name)} on every node){hint}")
@@ -134,6 +134,10 @@ def check_paths(c: _Collector, spec: RunSpec) -> None:
             c.error("flashrl-paths", field, f"{local} is not a directory (expected an HF model directory)")
         elif name in ("train", "val") and Path(local).suffix != ".parquet":
             c.warning("flashrl-paths", field, f"{local}: verl reads parquet files (.parquet)")
+        elif name == "reward" and (not Path(local).is_file() or "def compute_score" not in
+                                   Path(local).read_text(errors="replace")):
+            c.error("flashrl-paths", field, f"{local}: not a Python file defining compute_score(data_source, "
+                    "solution_str, ground_truth, extra_info=None), which verl's custom_reward_function calls")
 
 
 def check_verl_keys(c: _Collector, spec: RunSpec, r: Rendered) -> None:

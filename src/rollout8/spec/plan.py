@@ -3,13 +3,15 @@
 `rollout8 plan RUN.yaml -o DIR` runs on the controller (Ansible's plan role) and, in one process, checks the spec
 (`rollout8 check`'s rules, once), renders it (`render`) and writes, into DIR:
 - `flashrl.yaml`: the rendered FlashRL config with node paths (int8 and hybrid runs);
+- `launch.sh`: render's launch script (the env exports and the verl command), the verl job's entrypoint;
 - `rollout8-plan.json`: the plan, the `Plan` model below. Its fields:
-  `node_paths` (what -> absolute node path: bf16, int8, profile, train, val, flashrl, plan), `copies` (local source
-  -> node destination, file or directory, the list the artifacts role copies), `sha256` ('what/relative file' ->
-  sha256 of the controller's copy, checked again on every node by the smoke job), `env` (exported on every node
-  before `ray start`: render's `build_env`, the same as `rollout8.env`), `entrypoints` (smoke: the cluster smoke
-  job; verl: the rendered verl command), `job_id` (a stable Ray submission id: the same plan gives the same id, so
-  a re-run does not launch a finished job twice).
+  `node_paths` (what -> absolute node path: bf16, int8, profile, train, val, reward, flashrl, launch, plan),
+  `copies` (local source -> node destination, file or directory, the list the artifacts role copies), `sha256`
+  ('what/relative file' -> sha256 of the controller's copy, checked again on every node by the smoke job), `env`
+  (exported on every node before `ray start`: render's `build_env`, the same as `rollout8.env`), `entrypoints`
+  (smoke: the cluster smoke job; verl: `bash <deploy root>/launch.sh`), `training_steps`
+  (trainer.total_training_steps, for the verify play's one-sync-per-step check), `job_id` (a stable Ray submission
+  id: the same plan gives the same id, so a re-run does not launch a finished job twice).
 
 The same inputs always give byte-identical files, so Ansible sees no change on a re-run. Checksums are cached in
 DIR/.sha256-cache.json by (path, size, mtime) so a re-run does not re-read large models.
@@ -29,7 +31,7 @@ from ..errors import CheckFailed, SpecError
 from ..fileutil import atomic_write, sha256_file
 from . import check as check_rules
 from .flashrl_config import dump_config
-from .render import FLASHRL_FILE, render
+from .render import FLASHRL_FILE, LAUNCH_FILE, launch_text, render
 from .runspec import RunSpec, load_spec
 
 PLAN_FILE = "rollout8-plan.json"
@@ -62,6 +64,7 @@ class Plan(BaseModel):
     sha256: dict[str, str]
     env: dict[str, str]
     entrypoints: dict[str, str]
+    training_steps: int | None = None
     job_id: str = ""
 
     def to_json(self) -> dict:
@@ -139,13 +142,24 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
         copies.append(Copy(what="flashrl", src=str(flashrl_file.resolve()), dest=node_paths["flashrl"], kind="file"))
         sums["flashrl"] = hashlib.sha256(flashrl_text.encode()).hexdigest()
 
+    # The verl job is the rendered launch.sh (env exports + the verl command), copied to every node.
+    node_paths["launch"] = f"{root}/{LAUNCH_FILE}"
+    launch_file = out / LAUNCH_FILE
+    launch = launch_text(rendered)
+    if not launch_file.is_file() or launch_file.read_text() != launch:
+        atomic_write(launch_file, launch, mode=0o755)
+    copies.append(Copy(what="launch", src=str(launch_file.resolve()), dest=node_paths["launch"], kind="file"))
+    sums["launch"] = hashlib.sha256(launch.encode()).hexdigest()
+    steps = rendered.value("trainer.total_training_steps")
+
     smoke = [cli, "smoke-job", "--plan", node_paths["plan"], "--nodes", str(spec.cluster.nnodes)]
     plan = Plan(
         name=spec.name, accelerator=spec.cluster.accelerator, nnodes=spec.cluster.nnodes,
         npus_per_node=spec.cluster.npus_per_node, quantization=spec.rollout.quantization, flashrl=spec.flashrl,
         deploy_root=root, node_paths=dict(sorted(node_paths.items())), copies=copies,
         sha256=dict(sorted(sums.items())), env=dict(sorted(rendered.env.items())),
-        entrypoints={"smoke": shlex.join(smoke), "verl": shlex.join(rendered.argv)},
+        entrypoints={"smoke": shlex.join(smoke), "verl": shlex.join(["bash", node_paths["launch"]])},
+        training_steps=int(steps[1]) if steps[0] and steps[1] is not None else None,
     )
     plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
     text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"

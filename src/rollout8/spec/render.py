@@ -39,6 +39,8 @@ TIS = {  # the reference recipe: sequence-level truncated importance sampling, t
 # Variables that must reach every Ray worker even if Ray was started before they were exported.
 RUNTIME_ENV_KEYS = ("FLASHRL_CONFIG", "FLASHRL_LOGGING_LEVEL", "FLASHRL_LMHEAD_FP32", "VLLM_USE_V1", "HF_HUB_OFFLINE")
 RUNTIME_ENV_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
+CPU_BRIDGES_HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
+CPU_BRIDGES_HOOK = "rollout8_cpu_bridges.install"
 
 
 @dataclass
@@ -106,6 +108,9 @@ def build_overrides(spec: RunSpec, env: dict[str, str]) -> tuple[list[Override],
     if spec.flashrl:
         derived["actor_rollout_ref.rollout.calculate_log_probs"] = True
         derived.update(TIS)
+    if spec.data.reward is not None:
+        derived["custom_reward_function.path"] = spec.node_path("reward")
+        derived["custom_reward_function.name"] = "compute_score"
     derived["trainer.device"] = spec.cluster.accelerator
     derived["trainer.nnodes"] = spec.cluster.nnodes
     derived["trainer.n_gpus_per_node"] = spec.cluster.npus_per_node
@@ -114,6 +119,10 @@ def build_overrides(spec: RunSpec, env: dict[str, str]) -> tuple[list[Override],
     runtime_env.update(spec.env)
     for key, value in runtime_env.items():
         overrides.append(Override("+", RUNTIME_ENV_PREFIX + key, QuotedStr(value)))
+    if spec.cluster.accelerator == "cpu":
+        # The simulated tier's CPU bridges, in every Ray worker of the job (virtual/cpu_bridges: only the simulated
+        # nodes have the module; an accelerator: npu render never names it).
+        overrides.append(Override("+", CPU_BRIDGES_HOOK_KEY, CPU_BRIDGES_HOOK))
     derived_keys = {o.key for o in overrides}
     # The spec's own overrides: replace a derived key in place (check reports conflicts), else append.
     for raw_key, value in spec.verl.items():

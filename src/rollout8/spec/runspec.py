@@ -125,6 +125,10 @@ class ClusterSpec(_Strict):
 class DataSpec(_Strict):
     train: Path = Field(description="training parquet file (data.train_files).")
     val: Path = Field(description="validation parquet file (data.val_files).")
+    reward: Path | None = Field(
+        None, description="Python file defining compute_score(data_source, solution_str, ground_truth, "
+                          "extra_info=None): verl's custom_reward_function (copied to <deploy.root>/data/reward.py); "
+                          "unset: verl's built-in rule rewards by data_source.")
 
 
 class DeploySpec(_Strict):
@@ -204,7 +208,7 @@ class RunSpec(_Strict):
         return self.deploy.root or DEFAULT_DEPLOY_ROOT.format(name=self.name)
 
     def node_path(self, what: str) -> str:
-        """Where an artifact is on every node: what in bf16, int8, profile, flashrl, train, val."""
+        """Where an artifact is on every node: what in bf16, int8, profile, flashrl, train, val, reward."""
         root = PurePosixPath(self.deploy_root)
         if what == "flashrl":
             return str(root / "flashrl.yaml")
@@ -218,6 +222,8 @@ class RunSpec(_Strict):
         if what in ("train", "val"):
             assert local is not None
             return str(root / "data" / f"{what}{''.join(local.suffixes) or '.parquet'}")
+        if what == "reward":
+            return str(root / "data" / "reward.py")
         raise KeyError(what)
 
     def local_path(self, what: str) -> Path | None:
@@ -227,6 +233,7 @@ class RunSpec(_Strict):
             "profile": self.model.profile_path,
             "train": self.data.train,
             "val": self.data.val,
+            "reward": self.data.reward,
         }[what]
 
     def artifacts(self) -> list[str]:
@@ -234,7 +241,7 @@ class RunSpec(_Strict):
         names = ["bf16"]
         if self.flashrl:
             names += ["int8", "profile"]
-        return names + ["train", "val"]
+        return names + ["train", "val"] + (["reward"] if self.data.reward is not None else [])
 
 
 def _resolve(base: Path, value: Any) -> Any:
@@ -251,7 +258,7 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     deploy = raw.get("deploy")
     if isinstance(deploy, dict) and deploy.get("shared_storage") is True:
         return raw
-    for section, fields in (("model", ("bf16", "int8", "profile")), ("data", ("train", "val"))):
+    for section, fields in (("model", ("bf16", "int8", "profile")), ("data", ("train", "val", "reward"))):
         block = raw.get(section)
         if isinstance(block, dict):
             for field in fields:
