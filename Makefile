@@ -40,8 +40,12 @@ test: sysdeps venv ## run the whole test suite on this machine (CPU; starts Dock
 
 # ---------------------------------------------------------------- simulated cluster (virtual/)
 .PHONY: demo
-demo: sysdeps venv ## build the simulated 3-node cluster (virtual/), run ansible/train.yml on it (tiny CPU run, smoke job), print the verdict
+demo: sysdeps venv ## the simulated 3-node cluster (virtual/) trains: ansible/train.yml, verl GRPO with int8 rollouts, verdict per rank
 	$(PY) virtual/simcluster.py demo $(DEMO_ARGS)
+
+.PHONY: demo-compare
+demo-compare: sysdeps venv ## the demo's int8 run and its bf16 twin on the simulated cluster, then one `rollout8 report`
+	$(PY) virtual/simcluster.py compare $(DEMO_ARGS)
 
 .PHONY: demo-down
 demo-down: ## remove the simulated cluster's containers and network

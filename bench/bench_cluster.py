@@ -3,7 +3,8 @@ the no-change re-run (how the cost grows with the number of nodes).
 
 Each size starts from fresh containers (virtual/simcluster.py `down` then `up`: images and wheelhouse are
 cached, the nodes are new), an inventory of the head plus the first N-1 workers, and the tests' run spec
-(configs/runs/tiny-cpu.yaml with its own deploy root) with `cluster.nnodes: N`. The job is the cluster smoke job.
+(configs/runs/tiny-cpu.yaml with its own deploy root) with `cluster.nnodes: N`. The job is the cluster smoke job
+(bench_demo.py times the verl job).
 A run that fails, or a re-run that changes anything, is an error, not a number. Needs a Docker engine (returns no
 rows, with the reason printed, without one); about 3 minutes per size on 2 cores. The cluster is removed after.
 """
@@ -67,7 +68,8 @@ def bench(work_dir: Path) -> list[dict]:
             spec = _spec(base_spec, n)
             runs = []
             for attempt in ("first converge", "no-change re-run"):
-                run = simcluster.run_playbook(inventory, spec, work, work / "facts", wheel)
+                run = simcluster.run_playbook(inventory, spec, work, work / "facts", wheel,
+                                              "-e", "rollout8_job_kind=smoke")
                 if run.rc != 0:
                     raise RuntimeError(f"{n} node(s), {attempt}: train.yml failed (rc {run.rc}); log in "
                                        f"{work / 'last-playbook.log'}")

@@ -1,7 +1,7 @@
 """The simulated cluster: three Debian bookworm containers on a user-defined Docker network.
 
 `python virtual/simcluster.py up` (what `make demo` runs) builds, each step cached by content:
-1. the base image rollout8/bookworm-base:1 (scripts/make-base-image.sh: debootstrap + docker import);
+1. the base image rollout8/bookworm-base:3 (scripts/make-base-image.sh: debootstrap + docker import);
 2. the wheelhouse and the rollout8 wheel (scripts/build-wheelhouse.sh, into .cache/wheelhouse);
 3. the node image rollout8/sim-node:<wheelhouse key>: the base with a virtualenv at /opt/rollout8/venv filled
    from the wheelhouse with `pip install --no-index --find-links`, in a container with --network none (the
@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -25,7 +27,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-BASE_IMAGE = "rollout8/bookworm-base:1"
+BASE_IMAGE = "rollout8/bookworm-base:3"
 NETWORK = "rollout8-sim"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 LABEL = "rollout8.sim=1"
@@ -104,41 +106,73 @@ def bundle_wheel() -> Path:
     return wheels[-1]
 
 
+def stack_image(house: Path) -> str:
+    """The base plus the node stack in /opt/rollout8/venv, installed offline from the wheelhouse (minutes)."""
+    image = f"rollout8/sim-stack:{hashlib.sha256(f'{BASE_IMAGE} {house.name}'.encode()).hexdigest()[:12]}"
+    if docker_ok("image", "inspect", image):
+        return image
+    sh("bash", "scripts/make-base-image.sh")  # cached; every caller (demo, tests, bench) gets it, whatever the order
+    print(f">> stack image {image}: offline install of the node stack from {house} (about 4 minutes)",
+          file=sys.stderr)
+    script = ("set -e; python3 -m venv /opt/rollout8/venv; P='/opt/rollout8/venv/bin/pip -q "
+              "--disable-pip-version-check'; $P install --no-index --find-links /wheelhouse "
+              "-r /wheelhouse/requirements.txt; $P install --no-index --no-deps --find-links /wheelhouse "
+              "-r /wheelhouse/requirements-nodeps.txt; rm -rf /root/.cache/pip")
+    _commit(image, BASE_IMAGE, script, f"{house.resolve()}:/wheelhouse:ro")
+    return image
+
+
+# What the node image adds to the stack image, each file keying the image: the engine tier's machine
+# adaptations (vLLM's platform dist-info, the GLIBCXX relaxation, the CPU int8 ops), the CPU bridges of a verl
+# run (virtual/cpu_bridges/), the bundle's patches (applied to FlashRL and verl as the training image does).
+NODE_LAYER = ("virtual/engine/cpu_engine_support.py", "virtual/cpu_bridges/rollout8_cpu_bridges.py", "patches",
+              "src/rollout8/node/patches.py")
+
+
+def _layer_key(stack: str) -> str:
+    digest = hashlib.sha256(stack.encode())
+    for name in NODE_LAYER:
+        path = REPO / name
+        for item in sorted([path] if path.is_file() else (p for p in path.rglob("*") if p.is_file())):
+            digest.update(item.relative_to(REPO).as_posix().encode() + b"\0" + item.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def node_image(house: Path) -> str:
-    image = f"rollout8/sim-node:{house.name}"
+    """The simulated node: the stack image, machine adaptations made, the CPU bridges in site-packages,
+    patches/ applied to FlashRL and verl (seconds on top of the cached stack image)."""
+    stack = stack_image(house)
+    image = f"rollout8/sim-node:{_layer_key(stack)}"
     if docker_ok("image", "inspect", image):
         print(f">> node image {image} already built", file=sys.stderr)
         return image
-    sh("bash", "scripts/make-base-image.sh")  # cached; every caller (demo, tests, bench) gets it, whatever the order
-    print(f">> node image {image}: offline install from {house} (about a minute)", file=sys.stderr)
-    builder = f"rollout8-sim-build-{house.name}"
+    print(f">> node image {image}: CPU adaptations and patches on {stack}", file=sys.stderr)
+    site = "$(/opt/rollout8/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+    script = (f"set -e; S={site}; V=/opt/rollout8/venv/bin/python; "
+              "cp /repo/virtual/engine/cpu_engine_support.py /repo/virtual/cpu_bridges/rollout8_cpu_bridges.py $S/; "
+              "$V $S/cpu_engine_support.py prepare-env; "
+              "PYTHONPATH=/repo/src $V -m rollout8 patches apply --target $S --component all")
+    _commit(image, stack, script, f"{REPO}:/repo:ro")
+    return image
+
+
+def _commit(image: str, base: str, script: str, volume: str) -> None:
+    """Run script in a container of base with no network (the air-gapped path, for real), commit it as image."""
+    builder = "rollout8-sim-build-" + image.replace("/", "-").replace(":", "-")
     sh("docker", "rm", "-f", builder, check=False, capture=True)
-    script = ("set -e; python3 -m venv /opt/rollout8/venv; P=/opt/rollout8/venv/bin/pip; "
-              "$P install -q --no-index --find-links /wheelhouse -r /wheelhouse/requirements.txt; "
-              "$P install -q --no-index --no-deps --find-links /wheelhouse -r /wheelhouse/requirements-nodeps.txt; "
-              "rm -rf /root/.cache/pip")
-    sh("docker", "run", "--name", builder, "--network", "none", "-v", f"{house.resolve()}:/wheelhouse:ro",
-       BASE_IMAGE, "bash", "-c", script)
+    sh("docker", "run", "--name", builder, "--network", "none", "-v", volume, base, "bash", "-c", script)
     sh("docker", "commit", "-c", 'CMD ["sleep", "infinity"]', builder, image, capture=True)
     sh("docker", "rm", builder, capture=True)
-    return image
 
 
 def train_image(wheel: Path) -> str:
     """The docker-runtime training image of the tests: the node image plus the bundle wheel (offline install)."""
-    import hashlib
-
     base = node_image(wheelhouse())
-    key = hashlib.sha256(wheel.read_bytes()).hexdigest()[:12]
+    key = hashlib.sha256(base.encode() + wheel.read_bytes()).hexdigest()[:12]
     image = f"rollout8/sim-train:{key}"
-    if docker_ok("image", "inspect", image):
-        return image
-    builder = f"rollout8-sim-train-build-{key}"
-    sh("docker", "rm", "-f", builder, check=False, capture=True)
-    sh("docker", "run", "--name", builder, "--network", "none", "-v", f"{wheel.resolve()}:/tmp/{wheel.name}:ro", base,
-       "/opt/rollout8/venv/bin/pip", "install", "-q", "--no-index", "--no-deps", f"/tmp/{wheel.name}", capture=True)
-    sh("docker", "commit", "-c", 'CMD ["sleep", "infinity"]', builder, image, capture=True)
-    sh("docker", "rm", builder, capture=True)
+    if not docker_ok("image", "inspect", image):
+        _commit(image, base, f"/opt/rollout8/venv/bin/pip install -q --no-index --no-deps /tmp/{wheel.name}",
+                f"{wheel.resolve()}:/tmp/{wheel.name}:ro")
     return image
 
 
@@ -160,15 +194,18 @@ def up() -> str:
 
 
 SHIPPED_SPEC = REPO / "configs" / "runs" / "tiny-cpu.yaml"
+MODEL_PRESET = "tiny-engine"  # head_dim 64: vLLM's CPU attention refuses the `tiny` preset's 16
 
 
 def _build_artifacts(models: Path, data: Path) -> None:
     """The tiny Qwen2 pair (`rollout8 make-test-model`) and verl-format parquet data (`rollout8 make-test-data`),
     each built once; the profile is the Ansible plan role's job."""
     cli = str(REPO / ".venv" / "bin" / "rollout8")
-    if not (models / "int8" / "config.json").is_file():
-        sh(cli, "make-test-model", "-o", str(models), capture=True)
-    if not all((data / f"{split}.parquet").is_file() for split in ("train", "val")):
+    made = models / "testmodel.json"
+    if not (models / "int8" / "config.json").is_file() or not made.is_file() or \
+            json.loads(made.read_text()).get("preset") != MODEL_PRESET:
+        sh(cli, "make-test-model", "--preset", MODEL_PRESET, "-o", str(models), capture=True)
+    if not all((data / name).is_file() for name in ("train.parquet", "val.parquet", "reward.py")):
         sh(cli, "make-test-data", "-o", str(data), capture=True)
 
 
@@ -181,9 +218,10 @@ def prepare_run(work: Path) -> Path:
     spec = yaml.safe_load(SHIPPED_SPEC.read_text())
     spec["name"] = "tiny-cpu-sim"
     spec["model"].update(bf16="tiny/bf16", int8="tiny/int8", profile="tiny/profile.pt")
-    spec["data"] = {"train": "data/train.parquet", "val": "data/val.parquet"}
+    spec["data"] = {"train": "data/train.parquet", "val": "data/val.parquet", "reward": "data/reward.py"}
     spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-sim"
     spec["verl"]["trainer.experiment_name"] = "tiny-cpu-sim"
+    spec["env"] = {"ROLLOUT8_CPU_SYNC_DIAG": "1"}  # the CPU sync diagnostic of virtual/cpu_bridges, at every sync
     text = f"# Generated by virtual/simcluster.py from {SHIPPED_SPEC.relative_to(REPO)}\n" + \
         yaml.safe_dump(spec, sort_keys=False)
     path = work / "sim-run.yaml"
@@ -208,14 +246,26 @@ def down() -> None:
 DEMO_WORK = REPO / ".cache" / "cluster" / "demo"
 
 
-def verdict_line(work: Path) -> str | None:
-    """The smoke job's verdict line from the logs the collect step fetched into work/logs/<host>/."""
+def latest_job_logs(work: Path) -> Path | None:
+    """The newest job's collected logs (work/logs/<job id>/, holding driver.log and one directory per host)."""
+    jobs = sorted((p.parent for p in (work / "logs").glob("*/driver.log")), key=lambda p: p.stat().st_mtime)
+    return jobs[-1] if jobs else None
+
+
+def smoke_verdict_line(job: Path) -> str | None:
+    """The smoke job's verdict line from its driver log."""
     found = None
-    for log in sorted((work / "logs").glob("*/driver.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("smoke-job: verdict"):
-                found = line
+    for line in (job / "driver.log").read_text(errors="replace").splitlines():
+        if line.startswith("smoke-job: verdict"):
+            found = line
     return found
+
+
+def verl_verdict(job: Path) -> tuple[int, str]:
+    """`rollout8 logs` on the collected Ray logs of a verl job: (exit code, its per-rank lines)."""
+    cli = str(REPO / ".venv" / "bin" / "rollout8")
+    proc = subprocess.run([cli, "logs", str(job)], capture_output=True, text=True, timeout=300)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 
 def demo(*playbook_args: str) -> int:
@@ -229,16 +279,71 @@ def demo(*playbook_args: str) -> int:
         print(f"demo: ansible-playbook train.yml failed (exit {run.rc}); its output is in "
               f"{(DEMO_WORK / 'last-playbook.log').relative_to(REPO)}", file=sys.stderr)
         return run.rc
-    line = verdict_line(DEMO_WORK)
-    if line is None:
-        print(f"demo: the play passed but no verdict line was collected under {DEMO_WORK / 'logs'}", file=sys.stderr)
+    job = latest_job_logs(DEMO_WORK)
+    if job is None:
+        print(f"demo: the play passed but no job logs were collected under {DEMO_WORK / 'logs'}", file=sys.stderr)
         return 1
-    print(f"verdict: {line}")
+    smoke = smoke_verdict_line(job)
+    if smoke is not None:
+        print(f"verdict: {smoke}")
+    else:
+        rc, lines = verl_verdict(job)
+        print(f"verl GRPO job {job.name}, int8 verdict per rollout rank (rollout8 logs {job.relative_to(REPO)}):")
+        print("\n".join("  " + line for line in lines.splitlines()))
+        report = job / "report" / "report.html"
+        print(f"report: {report.relative_to(REPO) if report.is_file() else 'not written (see the play output)'}")
+        if rc != 0:
+            return rc
     print("the cluster stays up (docker ps --filter label=rollout8.sim=1); remove it with: make demo-down")
     return 0
 
 
-USAGE = "usage: simcluster.py up|down|wheel|demo [ansible-playbook args]"
+def bf16_twin(spec_path: Path, out: Path) -> Path:
+    """The same run spec with bf16 rollouts (plain verl, FlashRL off): same model, data, seed and settings."""
+    spec = yaml.safe_load(spec_path.read_text())
+    base = spec_path.parent
+    spec["name"] = spec["name"] + "-bf16"
+    spec["description"] = f"bf16 twin of {spec_path.name} (simcluster.py compare)"
+    spec["rollout"] = {"quantization": "bf16"}
+    spec["model"] = {"bf16": str((base / spec["model"]["bf16"]).resolve()), "layout": spec["model"]["layout"],
+                     "moe": spec["model"].get("moe")}
+    spec["data"] = {k: str((base / v).resolve()) for k, v in spec["data"].items()}
+    spec["deploy"]["root"] = spec["deploy"]["root"].rstrip("/") + "-bf16"
+    spec["verl"]["trainer.experiment_name"] = spec["name"]
+    path = out / f"{spec_path.stem}-bf16.yaml"
+    text = f"# Generated by virtual/simcluster.py compare from {spec_path.name}\n" + \
+        yaml.safe_dump(spec, sort_keys=False)
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def compare(*playbook_args: str) -> int:
+    """`make demo-compare`: the demo's int8 run and its bf16 twin through train.yml, then `rollout8 report`."""
+    DEMO_WORK.mkdir(parents=True, exist_ok=True)
+    up()
+    jobs = {}
+    for label, spec in (("int8", demo_spec()), ("bf16", bf16_twin(demo_spec(), DEMO_WORK))):
+        print(f">> {label} run: {spec.relative_to(REPO)} through ansible/train.yml", file=sys.stderr)
+        run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", bundle_wheel(),
+                           "-e", "rollout8_job_kind=verl", *playbook_args, timeout=3600, stream=True)
+        if run.rc != 0:
+            print(f"demo-compare: the {label} run failed (exit {run.rc}); see {DEMO_WORK / 'last-playbook.log'}",
+                  file=sys.stderr)
+            return run.rc
+        jobs[label] = (latest_job_logs(DEMO_WORK), DEMO_WORK / spec.stem / "rollout8-plan.json")
+    out = DEMO_WORK / "compare"
+    cli = str(REPO / ".venv" / "bin" / "rollout8")
+    args = [cli, "report", str(jobs["bf16"][0]), str(jobs["int8"][0]), "--config", str(jobs["bf16"][1]),
+            "--config", str(jobs["int8"][1]), "--label", "bf16", "--label", "int8", "-o", str(out),
+            "--title", "tiny-cpu on the simulated cluster: int8 (FlashRL) vs bf16 rollouts"]
+    proc = subprocess.run(args, text=True, timeout=600)
+    if proc.returncode == 0:
+        print(f"report: {(out / 'report.html').relative_to(REPO)}")
+    return proc.returncode
+
+
+USAGE = "usage: simcluster.py up|down|wheel|demo|compare [ansible-playbook args]"
 
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "up"
@@ -251,5 +356,7 @@ if __name__ == "__main__":
         print(bundle_wheel())
     elif command == "demo":
         sys.exit(demo(*sys.argv[2:]))
+    elif command == "compare":
+        sys.exit(compare(*sys.argv[2:]))
     else:
         raise SystemExit(USAGE)

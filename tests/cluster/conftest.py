@@ -33,9 +33,11 @@ class Cluster:
     facts: Path
     wheel: Path
 
-    def playbook(self, *args: str, playbook: str = "train.yml", timeout: int = 900) -> Run:
-        return simcluster.run_playbook(simcluster.INVENTORY, self.spec, self.work, self.facts, self.wheel, *args,
-                                       playbook=playbook, timeout=timeout)
+    def playbook(self, *args: str, playbook: str = "train.yml", timeout: int = 900, kind: str = "smoke",
+                 spec: Path | None = None) -> Run:
+        """train.yml (or another playbook) on the cluster; the smoke job unless kind="verl" (the real job)."""
+        return simcluster.run_playbook(simcluster.INVENTORY, spec or self.spec, self.work, self.facts, self.wheel,
+                                       "-e", f"rollout8_job_kind={kind}", *args, playbook=playbook, timeout=timeout)
 
     def node(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "exec", name, *cmd], capture_output=True, text=True, check=check)
