@@ -23,7 +23,8 @@ if not BRIDGES_DIR.is_dir():  # the training image carries tests/engine but, by 
 
 
 def run(code: str, bridge: str | None, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`code` in a new engine-venv interpreter, after `install((bridge,))` when a bridge is named."""
+    """`code` in a new engine-venv interpreter, after `install((bridge,))` when a bridge is named (a name that is
+    no bridge, such as "env-only", installs only the environment of ENV)."""
     prelude = f"import rollout8_cpu_bridges as b; print('APPLIED', b.install(({bridge!r},)))\n" if bridge else ""
     path = [str(BRIDGES_DIR), str(REPO / "virtual" / "engine"), str(VERL_OVERLAY)]
     # CUDA_VISIBLE_DEVICES="" as Ray gives CPU actors; a None value in env unsets a variable
@@ -223,3 +224,15 @@ assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "all|all|all", os.environ["VLL
 print("PASS")
 """, "vllm_cpu_threads", "IndexError",
                       env={"ROLLOUT8_CPU_BRIDGES_SET_THREADS_BIND": "1", "CUDA_VISIBLE_DEVICES": None})
+
+
+def test_torch_compile_runs_eager_on_nodes_without_a_compiler():
+    """The nodes have no C++ compiler (like the simulated ones): inductor fails at the first compiled call
+    (vLLM's CPU compilation, verl's compiled entropy) unless the bridges' TORCHDYNAMO_DISABLE makes it eager."""
+    fails_then_passes("""
+import torch
+f = torch.compile(lambda x: torch.nn.functional.silu(x) * 2)
+assert torch.allclose(f(torch.ones(4)), torch.nn.functional.silu(torch.ones(4)) * 2)
+print("PASS")
+""", "env-only", "BackendCompilerFailed", env={"CXX": "/nonexistent/g++", "CC": "/nonexistent/gcc",
+                                               "TORCHINDUCTOR_CACHE_DIR": "/tmp/r8-no-inductor-cache"})
