@@ -24,8 +24,10 @@ dir="$OUT/$key"
 if [ ! -f "$dir/.complete" ]; then
   echo ">> wheelhouse $dir: downloading the node stack (about 3.4 GB; cp311 manylinux, no index needed afterwards)" >&2
   rm -rf "$dir"; mkdir -p "$dir"
-  "$PY" -m pip download -q --progress-bar off -d "$dir" -r "$req" >&2
-  "$PY" -m pip download -q --progress-bar off -d "$dir" --no-deps -r "$nodeps" >&2
+  # (pip's "Location ... is ignored" lines are about this machine's pip config, not the download: left out)
+  quiet() { grep -v "^WARNING: Location '.*' is ignored" >&2 || true; }
+  "$PY" -m pip download -q --progress-bar off -d "$dir" -r "$req" 2>&1 | quiet
+  "$PY" -m pip download -q --progress-bar off -d "$dir" --no-deps -r "$nodeps" 2>&1 | quiet
   cp "$req" "$dir/requirements.txt"
   cp "$nodeps" "$dir/requirements-nodeps.txt"
   touch "$dir/.complete"
