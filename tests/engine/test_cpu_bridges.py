@@ -236,3 +236,15 @@ assert torch.allclose(f(torch.ones(4)), torch.nn.functional.silu(torch.ones(4)) 
 print("PASS")
 """, "env-only", "BackendCompilerFailed", env={"CXX": "/nonexistent/g++", "CC": "/nonexistent/gcc",
                                                "TORCHINDUCTOR_CACHE_DIR": "/tmp/r8-no-inductor-cache"})
+
+
+def test_vllm_sleep_mode_off_on_the_cpu_platform(tmp_path):
+    """verl's async vLLMHttpServer hardcodes enable_sleep_mode=True, which vLLM's CPU platform refuses."""
+    model = tmp_path / "tiny"
+    rollout8("make-test-model", "--preset", "tiny-engine", "-o", str(model))
+    fails_then_passes(f"""
+from vllm.engine.arg_utils import EngineArgs
+config = EngineArgs(model={str(model / 'bf16')!r}, enable_sleep_mode=True).create_model_config()
+assert not config.enable_sleep_mode
+print("PASS")
+""", "vllm_sleep_mode", "Sleep mode is not supported", env={"CUDA_VISIBLE_DEVICES": None})

