@@ -172,3 +172,19 @@ def test_collected_worker_logs_name_their_host(emitted, tmp_path, capsys):
     assert main(["logs", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "(pid 100 in node-a)" in out and "(pid 101 in node-b)" in out
+
+
+def test_async_rollout_servers_are_named_and_fail_the_verdict(tmp_path, capsys):
+    """rollout.mode=async: verl's vLLMHttpServer imports flash_rl (its patches apply) but builds an AsyncLLM,
+    which FlashRL never hooks, so no rank line ever appears: each server is named, and the verdict fails."""
+    server_log = tmp_path / "server.log"
+    server_log.write_text("2026-12-01 12:05:08,068 - flash_rl.vllm_patch - DEBUG - Successfully patched vllm\n"
+                          "WARNING 12-01 12:05:26 LoRA dynamic loading & unloading is enabled in the API server.\n")
+    for host, pid in (("node-a", 200), ("node-b", 201)):
+        ray_session(tmp_path / "job" / host, {pid: ("vLLMHttpServer", server_log)})
+    rc = main(["logs", str(tmp_path / "job")])
+    out = capsys.readouterr().out
+    assert rc != 0 or "NOT confirmed" in out
+    assert "(pid 200 in node-a): async: verl's async rollout server" in out
+    assert "(pid 201 in node-b): async:" in out and "2 async rollout server(s)" in out
+    assert "verdict: NOT confirmed" in out

@@ -26,7 +26,7 @@ def _host_dir(root: Path, source: str) -> str:
         parts = Path(source).relative_to(root).parts
     except ValueError:
         return ""
-    return f" in {parts[0]}" if len(parts) > 1 else ""
+    return f" in {parts[0]}" if "logs" in parts[1:-1] else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
                   "FLASHRL_LOGGING_LEVEL=DEBUG?")
         print(f"{report['rollout_ranks']} rollout rank(s): {report['patched']} int8-patched, {report['bf16']} bf16 by "
               f"config, {report['no_config']} never saw the config, {report['errors']} failed, "
-              f"{report['incomplete']} incomplete; {report['quantized_syncs']} quantized sync(s)"
+              f"{report['incomplete']} incomplete"
+              + (f", {report['async']} async rollout server(s)" if report["async"] else "")
+              + f"; {report['quantized_syncs']} quantized sync(s)"
               + (f" ({report['unattributed_syncs']} from Ray's repeated-line summaries)"
                  if report["unattributed_syncs"] else ""))
         print("verdict: " + ("int8 rollouts confirmed" if report["ok"] else "NOT confirmed"))

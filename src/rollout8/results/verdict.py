@@ -51,6 +51,8 @@ BAD = (
     "flash_rl only supports vllm v1",
 )
 ROLLOUT_ACTORS = ("WorkerDict",)  # verl's hybrid actor/rollout workers (fused WorkerDict class)
+# verl's async rollout servers (rollout.mode=async): their vLLM engine is an AsyncLLM, which FlashRL never hooks
+ASYNC_SERVERS = ("vLLMHttpServer", "AsyncvLLMServer")
 OK_STATUSES = ("patched", "bf16")
 
 
@@ -77,12 +79,15 @@ class Process:
     def is_rollout(self) -> bool:
         flashrl_seen = (self.rank is not None or self.detected or self.not_detected or self.load_weights_patched
                         or self.load_weights_skipped)
-        return flashrl_seen or (self.actor in ROLLOUT_ACTORS and (self.skipped or bool(self.errors)))
+        return (flashrl_seen or self.actor in ASYNC_SERVERS
+                or (self.actor in ROLLOUT_ACTORS and (self.skipped or bool(self.errors))))
 
     @property
     def status(self) -> str:
         if self.errors:
             return "error"
+        if self.actor in ASYNC_SERVERS and not self.load_weights_patched:
+            return "async"
         if self.not_detected or (self.skipped and not self.detected):
             return "no-config"
         if self.detected and self.fn == "bf16":
@@ -100,6 +105,9 @@ class Process:
             return ("FLASHRL_CONFIG was not in this worker's environment when flash_rl was imported "
                     "(export it before `ray start` or pass it in ray_kwargs.ray_init.runtime_env.env_vars)"
                     if self.skipped else "FlashRL's patch ran but FLASHRL_CONFIG was unset when vllm.LLM was built")
+        if status == "async":
+            return (f"verl's async rollout server ({self.actor}, rollout.mode=async): FlashRL hooks only vllm.LLM "
+                    "(the sync rollout), so this engine ran bf16; set actor_rollout_ref.rollout.mode=sync")
         if status == "incomplete":
             return ("config detected but no 'patched the load_weights' line: the engine failed to start, the logs "
                     "are cut short, or FLASHRL_LOGGING_LEVEL was not DEBUG (that line is a DEBUG line)")
@@ -229,6 +237,7 @@ def verdict(result: Scan) -> dict:
         "no_config": sum(s == "no-config" for s in statuses),
         "errors": sum(s == "error" for s in statuses),
         "incomplete": sum(s == "incomplete" for s in statuses),
+        "async": sum(s == "async" for s in statuses),
         "quantized_syncs": sum(p.syncs for p in rollout) + result.unattributed_syncs,
         "unattributed_syncs": result.unattributed_syncs,
         "ranks": ranks,

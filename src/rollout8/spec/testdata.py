@@ -46,7 +46,7 @@ Random responses differ in it, so GRPO's advantages are non-zero and the policy 
 """
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
     text = solution_str or ""
     return sum(c.isdigit() for c in text) / max(len(text), 1)
 '''
