@@ -265,7 +265,7 @@ def verl_verdict(job: Path) -> tuple[int, str]:
     """`rollout8 logs` on the collected Ray logs of a verl job: (exit code, its per-rank lines)."""
     cli = str(REPO / ".venv" / "bin" / "rollout8")
     proc = subprocess.run([cli, "logs", str(job)], capture_output=True, text=True, timeout=300)
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
+    return proc.returncode, (proc.stdout + proc.stderr).rstrip()
 
 
 def demo(*playbook_args: str) -> int:

@@ -82,7 +82,7 @@ def test_every_cpu_bridge_is_loaded_in_the_workers(verl_run):
     run, job = verl_run
     assert run.rc == 0
     bridges = ("ray_bundles", "gloo_backend+collectives", "fsdp_module_states", "torch_cpu_device", "vllm_triton",
-               "vllm_int8_ops", "vllm_cpu_threads", "verl_worker_config")
+               "vllm_int8_ops", "vllm_cpu_threads", "vllm_sleep_mode", "verl_worker_config")
     text = "\n".join(worker_logs(job).values())
     for name in bridges:
         assert f"rollout8_cpu_bridges: applied {name} " in text, name
@@ -106,3 +106,29 @@ def test_flashrl_config_only_in_the_driver_finishes_bf16_and_verify_names_the_ra
     finally:
         restore = sim_cluster.playbook("--tags", "ray")
         assert restore.rc == 0, restore.output[-4000:]
+
+
+def test_async_rollout_rendered_without_check_runs_bf16_and_verify_names_the_servers(sim_cluster: Cluster, verl_run):
+    """Trap 1 on the real job: rollout.mode=async (the pin's default) builds vLLM AsyncLLM servers, which FlashRL
+    never hooks. `rollout8 check` refuses the spec; planned with --no-check (rollout8_plan_check=false), verl
+    trains all its steps in bf16 and the verify play fails, naming every node's rollout server."""
+    import yaml
+
+    spec = yaml.safe_load(sim_cluster.spec.read_text())
+    spec["name"] = "tiny-cpu-sim-async"
+    spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-sim-async"
+    spec["verl"].update({"actor_rollout_ref.rollout.mode": "async",
+                         # what verl's async agent loop needs of this batch: one loop worker, the raw chat
+                         "actor_rollout_ref.rollout.agent.num_workers": 1, "data.return_raw_chat": True})
+    path = sim_cluster.spec.parent / "sim-run-async.yaml"  # beside the spec: its relative paths still resolve
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    refused = sim_cluster.playbook("--tags", "never", spec=path, kind="verl")
+    assert refused.rc != 0 and "[rollout-mode]" in refused.output, refused.output[-3000:]
+    trap = sim_cluster.playbook("-e", "rollout8_plan_check=false", spec=path, kind="verl", timeout=TIMEOUT)
+    assert trap.rc != 0
+    assert "TASK [verify : Every rollout rank ran with the int8 patch]" in trap.output, trap.output[-6000:]
+    job = job_dir(trap, sim_cluster.work)
+    assert re.findall(r"step:(\d+) - ", (job / "driver.log").read_text(errors="replace"))[-1] == str(STEPS)
+    named = re.findall(r"rank \? \(pid \d+ in (rollout8-sim-\w+)\): async: verl's async rollout server", trap.output)
+    assert sorted(named) == sorted(NODES), trap.output[-4000:]
+    assert "verdict: NOT confirmed" in trap.output
