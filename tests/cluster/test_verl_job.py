@@ -36,6 +36,18 @@ def worker_logs(job: Path) -> dict[str, str]:
     return out
 
 
+def assert_trained_bf16_and_verify_named_every_node(trap: Run, work: Path, status: str, rank: str = r"[\d?]+") -> None:
+    """A trap run: verl trained every step, then the verify play failed naming each node's rollout process with
+    `status` (no rank line exists without FlashRL's config: each is named by pid and node)."""
+    assert trap.rc != 0
+    assert "TASK [verify : Every rollout rank ran with the int8 patch]" in trap.output, trap.output[-6000:]
+    job = job_dir(trap, work)
+    assert re.findall(r"step:(\d+) - ", (job / "driver.log").read_text(errors="replace"))[-1] == str(STEPS)
+    named = re.findall(rf"rank {rank} \(pid \d+ in (rollout8-sim-\w+)\): {status}", trap.output)
+    assert sorted(named) == sorted(NODES), trap.output[-4000:]
+    assert "verdict: NOT confirmed" in trap.output
+
+
 @pytest.fixture(scope="module")
 def verl_run(sim_cluster: Cluster) -> tuple[Run, Path]:
     run = sim_cluster.playbook("-e", "rollout8_relaunch=true", kind="verl", timeout=TIMEOUT)
@@ -95,14 +107,7 @@ def test_flashrl_config_only_in_the_driver_finishes_bf16_and_verify_names_the_ra
     try:
         trap = sim_cluster.playbook("-e", "rollout8_ray_export_env=false", "-e", drop, "-e", "rollout8_relaunch=true",
                                     kind="verl", timeout=TIMEOUT)
-        assert trap.rc != 0
-        assert "TASK [verify : Every rollout rank ran with the int8 patch]" in trap.output, trap.output[-4000:]
-        job = job_dir(trap, sim_cluster.work)
-        assert re.findall(r"step:(\d+) - ", (job / "driver.log").read_text(errors="replace"))[-1] == str(STEPS)
-        # no rank line without the config: each rollout worker is named by its pid and node
-        named = re.findall(r"rank [\d?]+ \(pid \d+ in (rollout8-sim-\w+)\): no-config", trap.output)
-        assert sorted(named) == sorted(NODES), trap.output[-4000:]
-        assert "verdict: NOT confirmed" in trap.output
+        assert_trained_bf16_and_verify_named_every_node(trap, sim_cluster.work, "no-config")
     finally:
         restore = sim_cluster.playbook("--tags", "ray")
         assert restore.rc == 0, restore.output[-4000:]
@@ -125,10 +130,5 @@ def test_async_rollout_rendered_without_check_runs_bf16_and_verify_names_the_ser
     refused = sim_cluster.playbook("--tags", "never", spec=path, kind="verl")
     assert refused.rc != 0 and "[rollout-mode]" in refused.output, refused.output[-3000:]
     trap = sim_cluster.playbook("-e", "rollout8_plan_check=false", spec=path, kind="verl", timeout=TIMEOUT)
-    assert trap.rc != 0
-    assert "TASK [verify : Every rollout rank ran with the int8 patch]" in trap.output, trap.output[-6000:]
-    job = job_dir(trap, sim_cluster.work)
-    assert re.findall(r"step:(\d+) - ", (job / "driver.log").read_text(errors="replace"))[-1] == str(STEPS)
-    named = re.findall(r"rank \? \(pid \d+ in (rollout8-sim-\w+)\): async: verl's async rollout server", trap.output)
-    assert sorted(named) == sorted(NODES), trap.output[-4000:]
-    assert "verdict: NOT confirmed" in trap.output
+    assert_trained_bf16_and_verify_named_every_node(trap, sim_cluster.work, "async: verl's async rollout server",
+                                                    rank=r"\?")
