@@ -7,7 +7,7 @@
 # from it with `pip install --no-index --find-links DIR -r DIR/requirements.txt`, then
 # `--no-deps -r DIR/requirements-nodeps.txt` (packages whose declared dependencies PyPI cannot meet).
 # The directory is keyed by the content of both lists, so a re-run with the same pins is a no-op.
-# Prints the wheelhouse directory on its last line.
+# Prints the wheelhouse directory on its last line; `--key` prints only the key and builds nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -21,9 +21,15 @@ req=$(mktemp); nodeps=$(mktemp)
   echo "flash-llm-rl==$(lock_pin flash-llm-rl)"; } >"$nodeps"
 key=$(cat "$req" "$nodeps" | sha256sum | cut -c1-12)
 dir="$OUT/$key"
+if [ "${1:-}" = "--key" ]; then echo "$key"; rm -f "$req" "$nodeps"; exit 0; fi  # the cache key (e.g. for CI caches)
 if [ ! -f "$dir/.complete" ]; then
   echo ">> wheelhouse $dir: downloading the node stack (about 3.4 GB; cp311 manylinux, no index needed afterwards)" >&2
   rm -rf "$dir"; mkdir -p "$dir"
+  free_gb=$(df -Pk "$dir" | awk 'NR==2 {print int($4/1048576)}')
+  if [ "$free_gb" -lt 5 ]; then
+    echo "rollout8: the wheelhouse needs about 5 GB free under $OUT, only ${free_gb} GB are: free disk space and re-run" >&2
+    rmdir "$dir"; exit 1
+  fi
   # (pip's "Location ... is ignored" lines are about this machine's pip config, not the download: left out)
   quiet() { grep -v "^WARNING: Location '.*' is ignored" >&2 || true; }
   "$PY" -m pip download -q --progress-bar off -d "$dir" -r "$req" 2>&1 | quiet
@@ -35,6 +41,8 @@ else
   echo ">> wheelhouse $dir already complete" >&2
 fi
 rm -f "$req" "$nodeps"
+# other keys are superseded pins: GBs each, never read again
+find "$OUT" -mindepth 1 -maxdepth 1 -type d ! -name bundle ! -name "$key" -exec rm -rf {} + 2>/dev/null || true
 # The bundle itself: always rebuilt (seconds); its name carries the version, its checksum the content.
 rm -rf "$OUT/bundle"; mkdir -p "$OUT/bundle"
 "$PY" -m pip wheel -q --no-deps -w "$OUT/bundle" . >&2

@@ -160,13 +160,43 @@ def node_image(house: Path) -> str:
     return image
 
 
+# Free space a new image needs in docker's storage, by repository (the stack image installs GBs of wheels).
+IMAGE_DISK_GB = {"rollout8/sim-stack": 12, "rollout8/sim-node": 1, "rollout8/sim-train": 1}
+
+
+def free_gb(path: str) -> float:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize / 1e9
+
+
+def need_disk(path: str, gb: float, what: str) -> None:
+    """Refuse in one line before a step that would run out of disk half-way (ENOSPC deep inside pip or docker)."""
+    have = free_gb(path)
+    if have < gb:
+        raise SystemExit(f"rollout8: {what} needs about {gb:.0f} GB free under {path}, only {have:.1f} GB are: "
+                         "free disk space (`docker image prune`, old clones' .cache) and re-run")
+
+
+def _prune_superseded(image: str) -> None:
+    """Remove the other tags of image's repository: each is keyed by content, so an older key is superseded and
+    only holds disk (a stack image is GBs). Images a container still uses stay (docker refuses; ignored)."""
+    repo = image.rsplit(":", 1)[0]
+    tags = sh("docker", "images", "--format", "{{.Repository}}:{{.Tag}}", repo, check=False, capture=True).stdout
+    for old in sorted(set(tags.split()) - {image}):
+        if sh("docker", "rmi", old, check=False, capture=True).returncode == 0:
+            print(f">> removed superseded image {old}", file=sys.stderr)
+
+
 def _commit(image: str, base: str, script: str, volume: str) -> None:
     """Run script in a container of base with no network (the air-gapped path, for real), commit it as image."""
+    root = sh("docker", "info", "-f", "{{.DockerRootDir}}", check=False, capture=True).stdout.strip()
+    need_disk(root or "/var/lib/docker", IMAGE_DISK_GB.get(image.rsplit(":", 1)[0], 1), f"building {image}")
     builder = "rollout8-sim-build-" + image.replace("/", "-").replace(":", "-")
     sh("docker", "rm", "-f", builder, check=False, capture=True)
     sh("docker", "run", "--name", builder, "--network", "none", "-v", volume, base, "bash", "-c", script)
     sh("docker", "commit", "-c", 'CMD ["sleep", "infinity"]', builder, image, capture=True)
     sh("docker", "rm", builder, capture=True)
+    _prune_superseded(image)
 
 
 def train_image(wheel: Path) -> str:

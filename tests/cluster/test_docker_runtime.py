@@ -8,7 +8,6 @@ container (host network); Ray runs inside it; the smoke job must be green; reset
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,15 +46,15 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         pytest.skip(reason)
     simcluster.wheelhouse()  # cached by content; rebuilds the bundle wheel
     image = simcluster.train_image(simcluster.bundle_wheel())
-    tarball = REPO / ".cache" / "cluster" / f"{image.replace('/', '_').replace(':', '_')}.tar"
-    if not tarball.is_file():
-        tarball.parent.mkdir(parents=True, exist_ok=True)  # a fresh checkout has no .cache/cluster yet
-        subprocess.run(["docker", "save", "-o", f"{tarball}.part", image], check=True)
-        os.replace(f"{tarball}.part", tarball)
+    work = tmp_path_factory.mktemp("docker-runtime")
+    # The tarball is the image's full size (GBs): written for this run only and removed at the end, never cached
+    # (a cache keyed by the bundle wheel kept one per code change and filled CI's disk).
+    tarball = work / f"{image.replace('/', '_').replace(':', '_')}.tar"
+    staged = Path(HOME) / "images" / tarball.name
+    subprocess.run(["docker", "save", "-o", str(tarball), image], check=True)
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
     subprocess.run(["docker", "rmi", image], capture_output=True, check=True)  # the image role must load it back
 
-    work = tmp_path_factory.mktemp("docker-runtime")
     run_dir = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
     spec = work / "docker-run.yaml"
     text = run_dir.read_text().replace("nnodes: 3", "nnodes: 1").replace("name: tiny-cpu-sim", "name: tiny-cpu-docker")
@@ -66,6 +65,7 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         rc, out = playbook(work, spec, image, tarball)
         assert rc == 0, out[-5000:]
         assert "Docker load" in out and "changed: [localhost]" in out
+        assert not staged.exists(), "the image role left its staged copy of the tarball on the node"
         assert "smoke job GREEN on all 1 nodes" in out
         inspect = json.loads(subprocess.run(["docker", "inspect", CONTAINER], capture_output=True, text=True,
                                             check=True).stdout)[0]
@@ -86,3 +86,5 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         assert gone.returncode != 0
     finally:
         subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
+        tarball.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
