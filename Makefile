@@ -84,12 +84,8 @@ image: lock-check ## build the pinned image (BuildKit; CANN installers in docker
 	DOCKER_BUILDKIT=1 $(ENGINE) build -f docker/Dockerfile $(shell $(LOCK_CLI) --build-args) $(strip $(IMAGE_OPTS)) -t $(IMAGE) .
 
 .PHONY: image-save
-image-save: ## write the image as out/<image>.tar.gz plus .sha256, for air-gapped nodes
-	mkdir -p $(dir $(IMAGE_TARBALL))
-	set -o pipefail; $(ENGINE) save $(IMAGE) | gzip -1 > $(IMAGE_TARBALL).part
-	mv $(IMAGE_TARBALL).part $(IMAGE_TARBALL)
-	cd $(dir $(IMAGE_TARBALL)) && sha256sum $(notdir $(IMAGE_TARBALL)) > $(notdir $(IMAGE_TARBALL)).sha256
-	@echo "on each node: sha256sum -c $(notdir $(IMAGE_TARBALL)).sha256 && docker load -i $(notdir $(IMAGE_TARBALL))"
+image-save: ## write the image as out/<image>.tar.gz plus .sha256 and .json (id, architecture), for air-gapped nodes
+	bash scripts/image-save.sh $(IMAGE) $(IMAGE_TARBALL) $(ENGINE)
 
 .PHONY: test-image
 test-image: ## run tests/image inside the built image (add the NPU device flags in IMAGE_TEST_FLAGS on an Atlas node)

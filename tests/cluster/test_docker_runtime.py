@@ -7,9 +7,13 @@ container (host network); Ray runs inside it; the smoke job must be green; reset
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import platform
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -23,9 +27,9 @@ HOME = "/tmp/r8d-home"  # short: Ray's unix socket paths live under it
 ROOT = "/tmp/r8d-runs/tiny-cpu-docker"
 
 
-def playbook(work: Path, spec: Path, image: str, tarball: Path, *extra: str, name: str = "train.yml"):
-    args = {"rollout8_runtime": "docker",
-            "rollout8_job_kind": "smoke", "rollout8_image": image, "rollout8_image_tarball": str(tarball),
+def playbook(work: Path, spec: Path, image: str, tarball: Path | None, *extra: str, name: str = "train.yml"):
+    args = {"rollout8_runtime": "docker", "rollout8_job_kind": "smoke", "rollout8_image": image,
+            "rollout8_image_tarball": str(tarball) if tarball else "",
             "rollout8_container_name": CONTAINER, "rollout8_container_shm_size": "512m", "rollout8_home": HOME,
             # the test image keeps its Python in a venv; the real image uses the default /usr/local/bin
             "rollout8_container_bin": "/opt/rollout8/venv/bin",
@@ -40,6 +44,85 @@ def playbook(work: Path, spec: Path, image: str, tarball: Path, *extra: str, nam
     return run.rc, run.output
 
 
+def docker_spec(work: Path) -> Path:
+    """The simulated cluster's run spec, for one node with this test's deploy root."""
+    run_spec = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
+    spec = work / "docker-run.yaml"
+    text = run_spec.read_text().replace("nnodes: 3", "nnodes: 1").replace("name: tiny-cpu-sim", "name: tiny-cpu-docker")
+    text = text.replace("/var/lib/rollout8/runs/tiny-cpu-sim", ROOT)
+    text = text.replace(" tiny/", f" {run_spec.parent}/tiny/").replace(" data/", f" {run_spec.parent}/data/")
+    spec.write_text(text)
+    return spec
+
+
+def foreign_arch_tarball(path: Path, tag: str, arch: str) -> None:
+    """A one-file image whose config says `arch`, in `docker save`'s layout (docker import ignores --platform
+    without the experimental daemon, and no arm64 base can be pulled here)."""
+    def add(tf: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as lt:
+        add(lt, "hello", b"hi\n")
+    diff = hashlib.sha256(layer.getvalue()).hexdigest()
+    config = json.dumps({"architecture": arch, "os": "linux", "config": {"Cmd": ["/hello"]},
+                         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff}"]}}).encode()
+    cid = hashlib.sha256(config).hexdigest()
+    with tarfile.open(path, "w") as tf:
+        add(tf, f"{diff}/layer.tar", layer.getvalue())
+        add(tf, f"{cid}.json", config)
+        add(tf, "manifest.json", json.dumps([{"Config": f"{cid}.json", "RepoTags": [tag],
+                                              "Layers": [f"{diff}/layer.tar"]}]).encode())
+
+
+def test_image_of_another_architecture_is_refused(tmp_path_factory):
+    """An arm64 image for an x86_64 node (or the reverse, on an Atlas A2 cluster): refused in one line naming both,
+    before the tarball is copied; and an image already on the node is refused before any container starts."""
+    reason = docker_available()
+    if reason:
+        pytest.skip(reason)
+    simcluster.wheelhouse()
+    work = tmp_path_factory.mktemp("foreign-arch")
+    spec = docker_spec(work)
+    node_arch = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
+    foreign = "arm64" if node_arch == "amd64" else "amd64"
+    tag = f"rollout8-test/foreign:{foreign}"
+    raw = work / "raw.tar"
+    foreign_arch_tarball(raw, tag, foreign)
+    subprocess.run(["docker", "load", "-i", str(raw)], capture_output=True, check=True)
+    tarball = work / "foreign.tar"
+    try:
+        subprocess.run(["bash", str(REPO / "scripts" / "image-save.sh"), tag, str(tarball)], capture_output=True,
+                       check=True)
+        assert json.loads(Path(f"{tarball}.json").read_text())["architecture"] == foreign
+        subprocess.run(["docker", "rmi", tag], capture_output=True, check=True)
+
+        rc, out = playbook(work, spec, tag, tarball, "--tags", "image")
+        out = " ".join(out.split())  # the callback folds long messages
+        assert rc != 0
+        line = f"holds {tag} for {foreign}"
+        assert line in out and f"the node is {platform.machine()} ({node_arch})" in out and "Nothing was copied" in out
+        assert not (Path(HOME) / "images" / tarball.name).exists()
+        assert subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0
+
+        # the tarball names another image than the inventory: refused the same way
+        rc, out = playbook(work, spec, "rollout8/stack:other", tarball, "--tags", "image")
+        out = " ".join(out.split())
+        assert rc != 0 and "but rollout8_image is rollout8/stack:other" in out, out[-3000:]
+
+        # already on the node (loaded by hand): refused after inspection, no container started
+        subprocess.run(["docker", "load", "-i", str(raw)], capture_output=True, check=True)
+        rc, out = playbook(work, spec, tag, None, "--tags", "image,runtime")
+        out = " ".join(out.split())
+        assert rc != 0 and f"image {tag} is built for {foreign}" in out, out[-3000:]
+        assert "no container was started from it" in out
+        assert subprocess.run(["docker", "inspect", CONTAINER], capture_output=True).returncode != 0
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
 def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
     reason = docker_available()
     if reason:
@@ -47,20 +130,16 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
     simcluster.wheelhouse()  # cached by content; rebuilds the bundle wheel
     image = simcluster.train_image(simcluster.bundle_wheel())
     work = tmp_path_factory.mktemp("docker-runtime")
+    spec = docker_spec(work)
     # The tarball is the image's full size (GBs): written for this run only and removed at the end, never cached
     # (a cache keyed by the bundle wheel kept one per code change and filled CI's disk).
     tarball = work / f"{image.replace('/', '_').replace(':', '_')}.tar"
     staged = Path(HOME) / "images" / tarball.name
-    subprocess.run(["docker", "save", "-o", str(tarball), image], check=True)
+    subprocess.run(["bash", str(REPO / "scripts" / "image-save.sh"), image, str(tarball)], check=True)
+    assert json.loads(Path(f"{tarball}.json").read_text())["image"] == image
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
     subprocess.run(["docker", "rmi", image], capture_output=True, check=True)  # the image role must load it back
 
-    run_dir = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
-    spec = work / "docker-run.yaml"
-    text = run_dir.read_text().replace("nnodes: 3", "nnodes: 1").replace("name: tiny-cpu-sim", "name: tiny-cpu-docker")
-    text = text.replace("/var/lib/rollout8/runs/tiny-cpu-sim", ROOT)
-    text = text.replace(" tiny/", f" {run_dir.parent}/tiny/").replace(" data/", f" {run_dir.parent}/data/")
-    spec.write_text(text)
     try:
         rc, out = playbook(work, spec, image, tarball)
         assert rc == 0, out[-5000:]

@@ -118,3 +118,30 @@ def test_limit_without_cached_facts_is_refused_before_touching_nodes(sim_cluster
     assert run.rc != 0
     assert re.search(r"--limit leaves out rollout8-sim-head, and no facts of rollout8-sim-head are cached", run.output)
     assert "Gathering Facts" not in run.output and "TASK [preflight" not in run.output
+
+
+def test_reset_removes_what_it_says_and_a_second_reset_changes_nothing(sim_cluster: Cluster, converged: Run,
+                                                                       tmp_path):
+    """reset.yml with artifacts: Ray stopped, the job state and every node's deploy root gone; again: no change.
+    Without the run's plan on the controller, removing artifacts is refused before any node is touched."""
+    assert converged.rc == 0
+    root = json.loads((sim_cluster.work / sim_cluster.spec.stem / "rollout8-plan.json").read_text())["deploy_root"]
+    nodes = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
+    args = ("-e", "rollout8_reset_confirmed=true", "-e", "rollout8_reset_remove_artifacts=true")
+    planless = Cluster(spec=sim_cluster.spec, work=tmp_path, facts=sim_cluster.facts, wheel=sim_cluster.wheel)
+    refused = planless.playbook(*args, playbook="reset.yml", timeout=300)
+    assert refused.rc != 0 and "no plan" in refused.output and "Nothing was changed" in refused.output
+    assert all(sim_cluster.node(n, "pgrep", "-x", "raylet", check=False).returncode == 0 for n in nodes)
+    assert all(sim_cluster.node(n, "test", "-d", root, check=False).returncode == 0 for n in nodes)
+
+    first = sim_cluster.playbook(*args, playbook="reset.yml", timeout=300)
+    assert first.rc == 0, first.output[-4000:]
+    for n in nodes:
+        assert sim_cluster.node(n, "test", "-e", root, check=False).returncode != 0, f"{root} left on {n}"
+        assert sim_cluster.node(n, "test", "-e", "/opt/rollout8/run", check=False).returncode != 0
+        assert sim_cluster.node(n, "pgrep", "-x", "raylet", check=False).returncode != 0, f"Ray still runs on {n}"
+    assert all(first.recap()[n]["changed"] >= 1 for n in nodes), first.recap()
+    second = sim_cluster.playbook(*args, playbook="reset.yml", timeout=300)
+    assert second.rc == 0, second.output[-4000:]
+    assert all(second.recap()[n]["changed"] == 0 for n in nodes), second.recap()
+    # the next test module converges again from this bare state (train.yml restores everything)

@@ -276,10 +276,24 @@ def test_make_image_knobs_are_not_pins(lock):
     assert argv[argv.index("--format") + 1] == "docker"  # podman: keep SHELL and labels (OCI format drops SHELL)
 
 
-def test_make_image_save_writes_checksum():
-    lines = make_dry_run("image-save", IMAGE="rollout8/stack:x")
-    assert any("save rollout8/stack:x" in ln and "gzip" in ln for ln in lines), lines
-    assert any("sha256sum" in ln for ln in lines), lines
+def test_make_image_save_writes_the_lock_image_with_checksum_and_metadata(lock):
+    lines = make_dry_run("image-save")
+    ref = lock.image_ref()
+    tarball = f"out/{ref.replace('/', '_').replace(':', '_')}.tar.gz"
+    assert f"bash scripts/image-save.sh {ref} {tarball} docker" in lines, lines
+    script = (ROOT / "scripts" / "image-save.sh").read_text()
+    assert "gzip -1" in script and "sha256sum" in script and '"architecture": "{{.Architecture}}"' in script
+
+
+def test_inventory_sample_and_role_default_name_the_lock_image(lock):
+    """`make image` tags lock.image_ref(); the sample inventory and the roles' default must name the same image
+    (the documented tarball path failed in the image role when they said rollout8:latest)."""
+    sample = yaml.safe_load((ROOT / "ansible/inventory/sample/group_vars/all/runtime.yml").read_text())
+    assert sample["rollout8_image"] == lock.image_ref(), (
+        f"set rollout8_image in ansible/inventory/sample/group_vars/all/runtime.yml to {lock.image_ref()} "
+        "(`rollout8 lock --get image`)")
+    defaults = yaml.safe_load((ROOT / "ansible/roles/rollout8_defaults/defaults/main.yml").read_text())
+    assert defaults["rollout8_image"] == "{{ rollout8_plan.image }}"  # the plan carries lock.image_ref()
 
 
 def test_cann_files_report(tmp_path):

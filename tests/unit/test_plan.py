@@ -69,6 +69,10 @@ def test_plan_is_byte_identical_on_a_rerun_and_its_json_is_the_model(tiny_spec, 
     assert second.job_id == first.job_id and (out / PLAN_FILE).stat().st_mtime_ns == mtime
     data = json.loads(text)
     assert data["schema"] == 1 and Plan.from_json(data).to_json() == data
+    from rollout8.lock import load_lock
+
+    assert data["image"] == load_lock().image_ref()  # the roles' default rollout8_image
+    assert Plan.from_json({**data, "image": "other/image:1"}).identity() == first.identity()
     with pytest.raises(ValueError):
         Plan.from_json({**data, "unknown_field": 1})
 

@@ -11,7 +11,9 @@
   (exported on every node before `ray start`: render's `build_env`, the same as `rollout8.env`), `entrypoints`
   (smoke: the cluster smoke job; verl: `bash <deploy root>/launch.sh`), `training_steps`
   (trainer.total_training_steps, for the verify play's one-sync-per-step check), `job_id` (a stable Ray submission
-  id: the same plan gives the same id, so a re-run does not launch a finished job twice).
+  id: the same plan gives the same id, so a re-run does not launch a finished job twice), `image` (the training
+  image of this bundle's lock, `rollout8 lock --get image`, what `make image` tags: the roles' default
+  rollout8_image; not part of the job's identity, since an inventory may name another).
 
 The same inputs always give byte-identical files, so Ansible sees no change on a re-run. Checksums are cached in
 DIR/.sha256-cache.json by (path, size, mtime) so a re-run does not re-read large models.
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import CheckFailed, SpecError
 from ..fileutil import atomic_write, sha256_file
+from ..lock import load_lock
 from . import check as check_rules
 from .flashrl_config import dump_config
 from .render import FLASHRL_FILE, LAUNCH_FILE, launch_text, render
@@ -66,6 +69,7 @@ class Plan(BaseModel):
     entrypoints: dict[str, str]
     training_steps: int | None = None
     job_id: str = ""
+    image: str = ""
 
     def to_json(self) -> dict:
         data = self.model_dump(mode="json")
@@ -80,7 +84,7 @@ class Plan(BaseModel):
 
     def identity(self) -> str:
         """The job's identity: what runs and on which bytes (not where the controller keeps its copies)."""
-        fields = {k: v for k, v in self.to_json().items() if k not in ("copies", "job_id")}
+        fields = {k: v for k, v in self.to_json().items() if k not in ("copies", "job_id", "image")}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -160,6 +164,7 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
         sha256=dict(sorted(sums.items())), env=dict(sorted(rendered.env.items())),
         entrypoints={"smoke": shlex.join(smoke), "verl": shlex.join(["bash", node_paths["launch"]])},
         training_steps=int(steps[1]) if steps[0] and steps[1] is not None else None,
+        image=load_lock().image_ref(),
     )
     plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
     text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"

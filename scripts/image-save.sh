@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Write IMAGE as the tarball the image role loads on air-gapped nodes (`make image-save`):
+#   scripts/image-save.sh IMAGE OUT [ENGINE]     OUT ending .tar.gz: gzip -1; .tar: as saved
+# beside it OUT.sha256 (for `sha256sum -c`) and OUT.json: the image's reference, id and architecture, which the
+# image role reads on the controller to refuse an image of another architecture before copying GBs to any node.
+# Written to .part files and renamed, so a killed run leaves no tarball that looks complete.
+set -euo pipefail
+image=${1:?usage: image-save.sh IMAGE OUT [ENGINE]}
+out=${2:?usage: image-save.sh IMAGE OUT [ENGINE]}
+engine=${3:-docker}
+meta=$("$engine" image inspect -f '{"image": "'"$image"'", "id": "{{.Id}}", "architecture": "{{.Architecture}}", "os": "{{.Os}}"}' "$image") \
+  || { echo "image-save: no image $image here: build it first (make image)" >&2; exit 1; }
+mkdir -p "$(dirname "$out")"
+trap 'rm -f "$out.part" "$out.json.part"' EXIT
+case $out in
+  *.tar.gz) "$engine" save "$image" | gzip -1 >"$out.part" ;;
+  *.tar) "$engine" save -o "$out.part" "$image" ;;
+  *) echo "image-save: $out: name it .tar or .tar.gz" >&2; exit 1 ;;
+esac
+echo "$meta" >"$out.json.part"
+mv "$out.part" "$out"
+mv "$out.json.part" "$out.json"
+(cd "$(dirname "$out")" && sha256sum "$(basename "$out")" >"$(basename "$out").sha256")
+echo ">> $out: $meta" >&2
+echo "on each node: sha256sum -c $(basename "$out").sha256 && docker load -i $(basename "$out")  (or the image role)" >&2
