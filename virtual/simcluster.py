@@ -199,30 +199,52 @@ def _commit(image: str, base: str, script: str, volume: str) -> None:
     _prune_superseded(image)
 
 
+# What the docker-runtime image takes from the repository besides the wheel: the image's entrypoint (also the exec
+# wrapper of every role's `docker exec`) and the stand-in for CANN's set_env.sh it sources.
+TRAIN_LAYER = ("docker/scripts/entrypoint.sh", "virtual/cann-standin/set_env.sh")
+
+
 def train_image(wheel: Path) -> str:
-    """The docker-runtime training image of the tests: the node image plus the bundle wheel (offline install)."""
+    """The docker-runtime training image of the tests: the node image, the bundle wheel (offline install), the
+    image's entrypoint at its path in docker/Dockerfile and a stand-in CANN set_env.sh where CANN puts its own."""
     base = node_image(wheelhouse())
-    key = hashlib.sha256(base.encode() + wheel.read_bytes()).hexdigest()[:12]
-    image = f"rollout8/sim-train:{key}"
+    digest = hashlib.sha256(base.encode() + wheel.read_bytes())
+    for name in TRAIN_LAYER:
+        digest.update((REPO / name).read_bytes())
+    image = f"rollout8/sim-train:{digest.hexdigest()[:12]}"
     if not docker_ok("image", "inspect", image):
-        _commit(image, base, f"/opt/rollout8/venv/bin/pip install -q --no-index --no-deps /tmp/{wheel.name}",
-                f"{wheel.resolve()}:/tmp/{wheel.name}:ro")
+        pip = "/opt/rollout8/venv/bin/pip install -q --no-index --no-deps"
+        script = (f"set -e; {pip} /repo/{wheel.relative_to(REPO)}; "
+                  "install -m 0755 /repo/docker/scripts/entrypoint.sh /usr/local/bin/rollout8-entrypoint; "
+                  "install -D -m 0644 /repo/virtual/cann-standin/set_env.sh "
+                  "/usr/local/Ascend/ascend-toolkit/set_env.sh")
+        _commit(image, base, script, f"{REPO}:/repo:ro")
     return image
+
+
+# The simulated shared filesystem (an NFS mount on a real cluster): one host directory every node mounts at the
+# same path, for cluster.shared_dir (verl's checkpoints, resumed after a node failure).
+SHARED_HOST = REPO / ".cache" / "cluster" / "shared"
+SHARED_DIR = "/mnt/rollout8-shared"
 
 
 def up() -> str:
     image = node_image(wheelhouse())
+    SHARED_HOST.mkdir(parents=True, exist_ok=True)
+    mount = f"{SHARED_HOST}:{SHARED_DIR}"
     if not docker_ok("network", "inspect", NETWORK):
         sh("docker", "network", "create", "--label", LABEL, NETWORK, capture=True)
     for name in NODES:
-        state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}}", name, check=False, capture=True)
-        if state.returncode == 0 and state.stdout.split()[1] == image:
-            if state.stdout.split()[0] != "true":
+        state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}{{.Source}}:"
+                   "{{.Destination}}{{end}}", name, check=False, capture=True)
+        fields = state.stdout.split()
+        if state.returncode == 0 and fields[1:] == [image, mount]:
+            if fields[0] != "true":
                 sh("docker", "start", name, capture=True)
             continue
         sh("docker", "rm", "-f", name, check=False, capture=True)
         sh("docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
-           "--init", "--shm-size", "512m", image, "sleep", "infinity", capture=True)
+           "--init", "--shm-size", "512m", "-v", mount, image, "sleep", "infinity", capture=True)
     print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)})", file=sys.stderr)
     return image
 
@@ -307,12 +329,19 @@ def demo(*playbook_args: str) -> int:
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     up()
     spec = demo_spec()
-    run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", bundle_wheel(), *playbook_args,
-                       timeout=3600, stream=True)
-    if run.rc != 0:
-        print(f"demo: ansible-playbook train.yml failed (exit {run.rc}); its output is in "
-              f"{(DEMO_WORK / 'last-playbook.log').relative_to(REPO)}", file=sys.stderr)
-        return run.rc
+    # As on a real cluster: train.yml returns once the job runs (a verl job: its first step logged); the verify
+    # play, run later from another shell, shows where it stands; here it follows the job to its final verdict.
+    for step, args in (("train.yml", ()), ("train.yml --tags verify", ("--tags", "verify", "-e",
+                                                                       "rollout8_verify_follow=true"))):
+        run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", bundle_wheel(), *args, *playbook_args,
+                           timeout=3600, stream=True)
+        if run.rc != 0:
+            print(f"demo: ansible-playbook {step} failed (exit {run.rc}); its output is in "
+                  f"{(DEMO_WORK / 'last-playbook.log').relative_to(REPO)}", file=sys.stderr)
+            return run.rc
+        if step == "train.yml":
+            print(">> train.yml returned while the job runs on; following it: ansible-playbook train.yml --tags verify "
+                  "-e rollout8_verify_follow=true", file=sys.stderr)
     job = latest_job_logs(DEMO_WORK)
     if job is None:
         print(f"demo: the play passed but no job logs were collected under {DEMO_WORK / 'logs'}", file=sys.stderr)
@@ -362,7 +391,8 @@ def compare(*playbook_args: str) -> int:
     for label, spec in (("int8", demo_spec()), ("bf16", bf16_twin(demo_spec(), DEMO_WORK))):
         print(f">> {label} run: {spec.relative_to(REPO)} through ansible/train.yml", file=sys.stderr)
         run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", bundle_wheel(),
-                           "-e", "rollout8_job_kind=verl", *playbook_args, timeout=3600, stream=True)
+                           "-e", "rollout8_job_kind=verl", "-e", "rollout8_verify_follow=true", *playbook_args,
+                           timeout=3600, stream=True)
         if run.rc != 0:
             print(f"demo-compare: the {label} run failed (exit {run.rc}); see {DEMO_WORK / 'last-playbook.log'}",
                   file=sys.stderr)

@@ -34,10 +34,12 @@ class Cluster:
     wheel: Path
 
     def playbook(self, *args: str, playbook: str = "train.yml", timeout: int = 900, kind: str = "smoke",
-                 spec: Path | None = None) -> Run:
-        """train.yml (or another playbook) on the cluster; the smoke job unless kind="verl" (the real job)."""
+                 spec: Path | None = None, follow: bool = True) -> Run:
+        """train.yml (or another playbook) on the cluster; the smoke job unless kind="verl" (the real job). With
+        follow, the verify play waits for the job's end (train.yml alone returns once a verl job runs)."""
         return simcluster.run_playbook(simcluster.INVENTORY, spec or self.spec, self.work, self.facts, self.wheel,
-                                       "-e", f"rollout8_job_kind={kind}", *args, playbook=playbook, timeout=timeout)
+                                       "-e", f"rollout8_job_kind={kind}", "-e", f"rollout8_verify_follow={follow}",
+                                       *args, playbook=playbook, timeout=timeout)
 
     def node(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "exec", name, *cmd], capture_output=True, text=True, check=check)

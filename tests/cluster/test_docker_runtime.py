@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import platform
+import re
 import subprocess
 import sys
 import tarfile
@@ -42,6 +43,19 @@ def playbook(work: Path, spec: Path, image: str, tarball: Path | None, *extra: s
                                   "-e", json.dumps(args), *extra, playbook=name)
     (work / f"{name}.log").write_text(run.output)
     return run.rc, run.output
+
+
+def process_env(container: str, name: str) -> str:
+    """The environment of the newest process called `name` in the container, one VAR=value per line."""
+    cmd = f"tr '\\0' '\\n' < /proc/$(pgrep -nx {name})/environ"
+    return subprocess.run(["docker", "exec", container, "bash", "-c", cmd], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def latest_driver_log(work: Path) -> str:
+    logs = sorted((work / "logs").glob("*/driver.log"), key=lambda p: p.stat().st_mtime)
+    assert logs, f"no driver log under {work / 'logs'}"
+    return logs[-1].read_text(errors="replace")
 
 
 def docker_spec(work: Path) -> Path:
@@ -151,6 +165,13 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         assert inspect["HostConfig"]["NetworkMode"] == "host"
         assert f"FLASHRL_CONFIG={ROOT}/flashrl.yaml" in inspect["Config"]["Env"]
 
+        # CANN's environment reaches every process the roles start through `docker exec` (the image's entrypoint
+        # sources set_env.sh; here a stand-in exporting a marker): Ray's raylet, the job's driver and its workers.
+        assert "ROLLOUT8_CANN_STANDIN=1" in process_env(CONTAINER, "raylet")
+        driver = latest_driver_log(work)
+        assert "smoke-job: driver cann ok   CANN environment loaded: ASCEND_TOOLKIT_HOME=" in driver, driver[-3000:]
+        assert re.search(r"smoke-job: \S+ \(\S+\) cann +ok   CANN environment loaded", driver), driver[-3000:]
+
         # The accept-npu tag runs the NPU acceptance suite in the training container. The real image ships the
         # script (docker/Dockerfile's bundle stage); this test image gets it by docker cp. No NPU here: the play
         # must fail and say so (exit 3), never pass.
@@ -159,6 +180,16 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
                         f"{CONTAINER}:/opt/rollout8/scripts/accept-npu.sh"], check=True)
         rc, out = playbook(work, spec, image, tarball, "--tags", "accept-npu")
         assert rc != 0 and "no Ascend NPU on localhost (exit 3)" in out, out[-3000:]
+        assert "accept-npu: CANN environment loaded: ASCEND_TOOLKIT_HOME=" in out, out[-3000:]
+
+        # Without the entrypoint in front of docker exec (the roles before this fix): Ray restarts without CANN's
+        # environment and the smoke job is red, naming it.
+        rc, out = playbook(work, spec, image, tarball, "-e", '{"rollout8_container_exec_prefix": []}',
+                           "-e", "rollout8_relaunch=true")
+        assert rc != 0 and "smoke job RED: " in " ".join(out.split()), out[-3000:]
+        assert "ROLLOUT8_CANN_STANDIN" not in process_env(CONTAINER, "raylet")
+        driver = latest_driver_log(work)
+        assert "CANN is installed but its environment is not loaded in this process" in driver, driver[-3000:]
         rc, out = playbook(work, spec, image, tarball, "-e", "rollout8_reset_confirmed=true", name="reset.yml")
         assert rc == 0, out[-3000:]
         gone = subprocess.run(["docker", "inspect", CONTAINER], capture_output=True)

@@ -120,6 +120,20 @@ def test_limit_without_cached_facts_is_refused_before_touching_nodes(sim_cluster
     assert "Gathering Facts" not in run.output and "TASK [preflight" not in run.output
 
 
+def test_dashboard_and_job_api_listen_on_the_heads_loopback_only(sim_cluster: Cluster, converged: Run):
+    """Ray's dashboard/job API has no authentication: `ss -ltn` in the simulated head's network namespace shows its
+    port on 127.0.0.1 and nowhere else, while the smoke job was still submitted and verified through it."""
+    assert converged.rc == 0 and "smoke job GREEN on all 3 nodes" in converged.output
+    pid = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", "rollout8-sim-head"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    ss = subprocess.run(["nsenter", "-t", pid, "-n", "ss", "-Hltn"], capture_output=True, text=True, check=True)
+    local = [line.split()[3] for line in ss.stdout.splitlines() if line.strip()]
+    dashboard = [addr for addr in local if addr.rsplit(":", 1)[1] == "8265"]
+    assert dashboard == ["127.0.0.1:8265"], ss.stdout
+    # Ray's gRPC services (GCS on 6379 among them) bind every interface: Ray has no flag for it (documented in
+    # the defaults: a firewall's job). The simulated head has one cluster interface, so nothing else is reachable.
+    assert any(addr.rsplit(":", 1)[1] == "6379" for addr in local), ss.stdout
+
 def test_reset_removes_what_it_says_and_a_second_reset_changes_nothing(sim_cluster: Cluster, converged: Run,
                                                                        tmp_path):
     """reset.yml with artifacts: Ray stopped, the job state and every node's deploy root gone; again: no change.

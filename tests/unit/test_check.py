@@ -339,3 +339,17 @@ def test_verl_keys_checked_by_hydra_when_verl_is_installed(raw, run_dir, tmp_pat
     assert set(errs) == {"verl.trainer.n_gpu_per_node", "verl.+trainer.total_epochs"}
     assert str(config_dir) in errs["verl.trainer.n_gpu_per_node"]
     assert "did you mean trainer.n_gpus_per_node?" in errs["verl.trainer.n_gpu_per_node"]
+
+
+def test_shared_dir_without_checkpoints_warns(raw, tmp_path, capsys):
+    raw["cluster"]["shared_dir"] = "/mnt/shared"
+    raw["verl"]["trainer.save_freq"] = -1
+    spec = tmp_path / "nosave.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: verl.trainer.save_freq:" in out and "starts again from step 0" in out
+    raw["verl"]["trainer.save_freq"] = 1
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["check", str(spec)]) == 0
+    assert "save_freq" not in capsys.readouterr().out

@@ -232,3 +232,29 @@ def test_custom_reward_is_rendered_with_its_node_path(tmp_path):
     path = tmp_path / "no-reward.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert render(load_spec(path)).value("custom_reward_function.path") == (False, None)
+
+
+def test_shared_dir_puts_checkpoints_there_keyed_by_the_spec_and_resumes(tmp_path):
+    spec = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
+    base = REPO / "configs" / "runs"
+    for section in ("model", "data"):
+        spec[section] = {k: (str((base / v).resolve()) if isinstance(v, str) and v.startswith("..") else v)
+                         for k, v in spec[section].items()}
+    spec["cluster"]["shared_dir"] = "/mnt/shared/"
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    first = render(load_spec(path))
+    found, ckpt = first.value("trainer.default_local_dir")
+    assert found and ckpt.startswith("/mnt/shared/tiny-cpu/") and ckpt.endswith("/checkpoints")
+    assert first.value("trainer.resume_mode") == (True, "auto")
+    assert render(load_spec(path)).value("trainer.default_local_dir")[1] == ckpt  # a resubmission finds it
+    spec["verl"]["actor_rollout_ref.actor.optim.lr"] = 2.0e-3
+    path.write_text(yaml.safe_dump(spec))
+    assert render(load_spec(path)).value("trainer.default_local_dir")[1] != ckpt  # a changed run starts afresh
+    spec["cluster"]["shared_dir"] = "relative/dir"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(Exception, match="must be an absolute path"):
+        load_spec(path)
+    del spec["cluster"]["shared_dir"]
+    path.write_text(yaml.safe_dump(spec))
+    assert render(load_spec(path)).value("trainer.resume_mode") == (False, None)

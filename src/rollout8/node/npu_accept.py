@@ -363,9 +363,15 @@ def npu_absent_reason(*, dev: Path = Path("/dev"), which=None, find_spec=None) -
 
 def main() -> int:
     """`python -m rollout8.npu_accept`: exit 0 on an NPU node, else print why not (plainly) and exit 3."""
+    from .cann_env import cann_env, judge_cann_env
+
+    seen = cann_env()
+    cann_ok, cann_line = judge_cann_env(seen, "npu")
     why = npu_absent_reason()
+    if seen["installed"] or why is None:  # a machine with neither CANN nor an NPU hears only the plain reason
+        print(f"accept-npu: {'' if cann_ok else 'FAIL '}{cann_line}", file=sys.stderr)
     if why is None:
-        return 0
+        return 0 if cann_ok else 1
     try:
         from ..lock import load_lock
 

@@ -15,6 +15,9 @@ task reports, from inside a Ray worker process:
   parsed. What this proves on a CPU node: flash_rl imports, it sees FLASHRL_CONFIG at import time, and the config
   and every path in it are absolute and present (else activation refuses it). What it cannot prove without vLLM:
   that FlashRL hooked vLLM's LLM (`vllm_hooked=no-vllm`); that is accepted only when the run's accelerator is cpu;
+- cann: the CANN environment (ASCEND_TOOLKIT_HOME, ASCEND_OPP_PATH, the toolkit's LD_LIBRARY_PATH) in the Ray
+  worker and in the driver, when the runtime has CANN: a process started by a bare `docker exec` lacks it
+  (`rollout8.node.cann_env`);
 - quantization: `rollout8 verify-quant` on the node's copies of the bf16 model, int8 model and profile; the online
   int8 weights must stay within 1 LSB of the checkpoint's.
 
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from ..errors import CheckFailed
 from ..fileutil import sha256_file
+from .cann_env import cann_env, judge_cann_env
 
 VERDICT_PREFIX = "ROLLOUT8_SMOKE_VERDICT "
 ACTIVATION_MARKER = "rollout8: flash_rl activation:"
@@ -102,6 +106,7 @@ def node_probe(plan: dict) -> dict:
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("FLASHRL_")},
         "checksums": artifact_checksums({k: v for k, v in node_paths.items() if k != "plan"}),
         "activation": run_activation(sys.executable),
+        "cann": cann_env(),
     }
     if plan.get("quantization", "int8") in ("int8", "hybrid") and {"bf16", "int8", "profile"} <= node_paths.keys():
         cli = str(Path(sys.executable).with_name("rollout8"))
@@ -162,6 +167,9 @@ def judge_node(report: dict, plan: dict, head_sums: dict[str, str]) -> list[tupl
         else:
             checks.append(("activation", False, f"flash_rl did not hook vLLM (vllm_hooked={hooked})"))
 
+    if "cann" in report:
+        checks.append(("cann", *judge_cann_env(report["cann"], plan.get("accelerator", "npu"))))
+
     if "verify_quant" in report:
         vq = report["verify_quant"]
         rep = vq.get("report") or {}
@@ -205,6 +213,10 @@ def run_job(plan: dict, expected_nodes: int | None, timeout: float) -> dict:
         except Exception as exc:  # a node that cannot run the task is a red node, not a crash of the driver
             results[address] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     verdict = {"nodes": {}, "ok": True, "driver_env": {"FLASHRL_CONFIG": os.environ.get("FLASHRL_CONFIG")}}
+    driver_ok, driver_cann = judge_cann_env(cann_env(), plan.get("accelerator", "npu"))
+    verdict["driver_cann"] = {"ok": driver_ok, "detail": driver_cann, **cann_env()}
+    verdict["ok"] &= driver_ok
+    print(f"smoke-job: driver cann {'ok  ' if driver_ok else 'FAIL'} {driver_cann}", flush=True)
     for address, result in results.items():
         if "error" in result:
             checks = [("task", False, result["error"])]

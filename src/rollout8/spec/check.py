@@ -14,6 +14,7 @@ names the field and the fix. Errors make the exit code 1; warnings and notes do 
   [profile]          the profile matches the int8 model (layers, names, shapes)
   [owned-key]        verl keys that the spec's own fields set are not overridden differently
   [env]              VLLM_USE_V1=1 for FlashRL; FLASHRL_LMHEAD_FP32=1 on NPU (warning)
+  [resume]           with cluster.shared_dir, trainer.save_freq saves checkpoints to resume from (warning)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ OWNED = {  # verl key -> the spec field that sets it
     "data.train_files": "data.train",
     "data.val_files": "data.val",
     "actor_rollout_ref.rollout.name": "(FlashRL patches vLLM only)",
+    "trainer.default_local_dir": "cluster.shared_dir (<shared_dir>/<name>/checkpoints)",
 }
 
 
@@ -320,6 +322,16 @@ def check_env(c: _Collector, spec: RunSpec, r: Rendered) -> None:
                       "skip FlashRL's patch); remove it")
 
 
+def check_resume(c: _Collector, spec: RunSpec, r: Rendered) -> None:
+    if spec.checkpoint_dir is None:
+        return
+    freq = _as_int(c, r, "trainer.save_freq")
+    if freq is not None and freq <= 0:
+        c.warning("resume", _verl_field(spec, "trainer.save_freq"),
+                  f"cluster.shared_dir is set but trainer.save_freq is {freq}: no checkpoint is saved, so a "
+                  "resubmitted job starts again from step 0; set it to the steps between checkpoints")
+
+
 def check_owned(c: _Collector, spec: RunSpec, r: Rendered) -> None:
     derived = {o.key: o.value for o in render(spec.model_copy(update={"verl": {}})).overrides}
     for raw, value in spec.verl.items():
@@ -437,5 +449,6 @@ def run_checks(spec: RunSpec) -> list[Finding]:
     check_batches(c, spec, rendered)
     check_hybrid(c, spec, parallel)
     check_env(c, spec, rendered)
+    check_resume(c, spec, rendered)
     check_profile(c, spec)
     return c.findings

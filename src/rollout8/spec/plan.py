@@ -13,7 +13,8 @@
   (trainer.total_training_steps, for the verify play's one-sync-per-step check), `job_id` (a stable Ray submission
   id: the same plan gives the same id, so a re-run does not launch a finished job twice), `image` (the training
   image of this bundle's lock, `rollout8 lock --get image`, what `make image` tags: the roles' default
-  rollout8_image; not part of the job's identity, since an inventory may name another).
+  rollout8_image; not part of the job's identity, since an inventory may name another), `shared_dir` and
+  `checkpoint_dir` (cluster.shared_dir, proven shared by preflight; verl's checkpoints, resumed by a resubmission).
 
 The same inputs always give byte-identical files, so Ansible sees no change on a re-run. Checksums are cached in
 DIR/.sha256-cache.json by (path, size, mtime) so a re-run does not re-read large models.
@@ -70,6 +71,8 @@ class Plan(BaseModel):
     training_steps: int | None = None
     job_id: str = ""
     image: str = ""
+    shared_dir: str | None = None
+    checkpoint_dir: str | None = None
 
     def to_json(self) -> dict:
         data = self.model_dump(mode="json")
@@ -164,7 +167,7 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
         sha256=dict(sorted(sums.items())), env=dict(sorted(rendered.env.items())),
         entrypoints={"smoke": shlex.join(smoke), "verl": shlex.join(["bash", node_paths["launch"]])},
         training_steps=int(steps[1]) if steps[0] and steps[1] is not None else None,
-        image=load_lock().image_ref(),
+        image=load_lock().image_ref(), shared_dir=spec.cluster.shared_dir, checkpoint_dir=spec.checkpoint_dir,
     )
     plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
     text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"

@@ -111,6 +111,10 @@ def build_overrides(spec: RunSpec, env: dict[str, str]) -> tuple[list[Override],
     if spec.data.reward is not None:
         derived["custom_reward_function.path"] = spec.node_path("reward")
         derived["custom_reward_function.name"] = "compute_score"
+    if spec.checkpoint_dir is not None:
+        # on the directory every node sees: a resubmitted job (train.yml after a failure) resumes from the latest
+        derived["trainer.default_local_dir"] = spec.checkpoint_dir
+        derived["trainer.resume_mode"] = "auto"
     derived["trainer.device"] = spec.cluster.accelerator
     derived["trainer.nnodes"] = spec.cluster.nnodes
     derived["trainer.n_gpus_per_node"] = spec.cluster.npus_per_node

@@ -15,6 +15,8 @@ Paths come in two kinds:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args, get_origin
@@ -120,6 +122,18 @@ class ClusterSpec(_Strict):
     accelerator: Literal["npu", "cpu"] = Field(
         "npu", description="npu: Ascend; cpu: the simulated CPU cluster (tests, demo), trainer.device=cpu.")
     network: NetworkSpec = Field(default_factory=NetworkSpec)
+    shared_dir: str | None = Field(
+        None, description="absolute directory every node sees at the same path (an NFS mount, say): verl's "
+                          "checkpoints go to <shared_dir>/<name>/checkpoints (trainer.default_local_dir) and a "
+                          "resubmitted job resumes from the latest (trainer.resume_mode=auto); preflight proves "
+                          "it is shared. Unset: no resume after a failure.")
+
+    @field_validator("shared_dir")
+    @classmethod
+    def _shared_absolute(cls, value: str | None) -> str | None:
+        if value is not None and not PurePosixPath(value).is_absolute():
+            raise ValueError(f"{value!r} must be an absolute path (the same path on every node)")
+        return value.rstrip("/") or "/" if value is not None else None
 
 
 class DataSpec(_Strict):
@@ -206,6 +220,18 @@ class RunSpec(_Strict):
     @property
     def deploy_root(self) -> str:
         return self.deploy.root or DEFAULT_DEPLOY_ROOT.format(name=self.name)
+
+    @property
+    def checkpoint_dir(self) -> str | None:
+        """verl's checkpoints (trainer.default_local_dir) on the shared directory, or None without one:
+        <shared_dir>/<name>/<key>/checkpoints, the key a digest of the whole spec. A resubmission of the same spec
+        resumes from its latest checkpoint; a changed spec (another learning rate, say) starts from step 0 instead
+        of silently continuing the old run's weights."""
+        if self.cluster.shared_dir is None:
+            return None
+        data = json.dumps(self.model_dump(mode="json", exclude={"description"}), sort_keys=True, default=str)
+        key = hashlib.sha256(data.encode()).hexdigest()[:12]
+        return str(PurePosixPath(self.cluster.shared_dir) / self.name / key / "checkpoints")
 
     def node_path(self, what: str) -> str:
         """Where an artifact is on every node: what in bf16, int8, profile, flashrl, train, val, reward."""

@@ -1,0 +1,34 @@
+"""`rollout8 progress`: where a verl job stands, from its collected driver log (the verify play's progress line)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import Rollout8Error
+from ..results.progress import progress_line, read_progress
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", help="a job's collected logs (its driver.log), or the driver log itself")
+    parser.add_argument("--steps", type=int, default=None, help="the run's total training steps")
+    parser.add_argument("--state", default="", help="the job's Ray state, printed in the line (RUNNING, ...)")
+    parser.add_argument("--json", action="store_true", help="print the progress as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.directory)
+    if not path.exists():
+        raise Rollout8Error(f"{path}: no such file or directory")
+    driver = path / "driver.log" if path.is_dir() else path
+    progress = read_progress(driver, args.steps)
+    job = path.name if path.is_dir() else path.parent.name
+    if args.json:
+        print(json.dumps({"job": job, "state": args.state, **progress.to_json(),
+                          "line": progress_line(job, args.state or "?", progress)}))
+    else:
+        print(progress_line(job, args.state or "?", progress))
+        if progress.cause and args.state not in ("RUNNING", "SUCCEEDED"):
+            print(f"cause: {progress.cause}")
+    return 0

@@ -1,0 +1,86 @@
+"""Where a verl job stands, from its driver log: what the verify play prints while the job runs and after it.
+
+verl's console logger prints one `step:N - key:value - ...` line per training step (rollout8.results.verl_logs),
+and the validation before training at step 0, or at the resumed step when the trainer resumed from a checkpoint
+(`trainer.resume_mode`). A training step is a line carrying `timing_s/step`; the steps this job trained are those.
+When the job failed, the cause is the driver's last error line, and the node addresses it names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .verl_logs import RunLog, read_console
+
+STEP_TIME = "timing_s/step"
+REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean", "reward/mean")
+_ERROR = re.compile(r"\b\w*(Error|Exception|Died)\b")
+_IP = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
+# verl's RayPPOTrainer._load_checkpoint: "Setting global step to N" (and "Load from checkpoint folder: ...")
+_RESUMED = re.compile(r"Setting global step to (\d+)")
+_CKPT_FOLDER = re.compile(r"Load from checkpoint folder: (\S+)")
+
+
+@dataclass
+class Progress:
+    trained: list[int] = field(default_factory=list)  # the training steps this job logged
+    total: int | None = None
+    reward: float | None = None
+    step_time_s: float | None = None
+    resumed_from: int | None = None  # the checkpoint step the trainer resumed from
+    checkpoint: str | None = None
+    cause: str | None = None  # the driver's last error line
+    ips: list[str] = field(default_factory=list)  # node addresses in the driver's error lines
+
+    @property
+    def last_step(self) -> int | None:
+        return self.trained[-1] if self.trained else None
+
+    def to_json(self) -> dict:
+        return {"trained": self.trained, "last_step": self.last_step, "total": self.total, "reward": self.reward,
+                "step_time_s": self.step_time_s, "resumed_from": self.resumed_from, "checkpoint": self.checkpoint,
+                "cause": self.cause, "ips": self.ips}
+
+
+def read_progress(driver_log: Path, total: int | None = None) -> Progress:
+    run = RunLog(label="job", path=driver_log)
+    progress = Progress(total=total)
+    if not driver_log.is_file():
+        return progress
+    read_console(run, driver_log)
+    progress.trained = sorted(s for s, m in run.steps.items() if STEP_TIME in m and s > 0)
+    if progress.trained:
+        last = run.steps[progress.trained[-1]]
+        progress.step_time_s = last.get(STEP_TIME)
+        progress.reward = next((last[k] for k in REWARD_KEYS if k in last), None)
+    errors: list[str] = []
+    with open(driver_log, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if (m := _RESUMED.search(line)) is not None:
+                progress.resumed_from = int(m.group(1))
+            if (m := _CKPT_FOLDER.search(line)) is not None:
+                progress.checkpoint = m.group(1)
+            if _ERROR.search(line) and "step:" not in line:
+                errors.append(line.strip())
+    if errors:
+        progress.cause = errors[-1][:400]
+        progress.ips = sorted({ip for line in errors for ip in _IP.findall(line)})
+    return progress
+
+
+def progress_line(job: str, state: str, p: Progress) -> str:
+    """One line: `job J RUNNING: step 2 of 4, reward 0.31, step time 3.9 s (resumed from step 2)`."""
+    of = f" of {p.total}" if p.total else ""
+    if p.last_step is None:
+        where = "no training step logged yet"
+    else:
+        where = f"step {p.last_step}{of}"
+        if p.reward is not None:
+            where += f", reward {p.reward:.4g}"
+        if p.step_time_s is not None:
+            where += f", step time {p.step_time_s:.3g} s"
+    if p.resumed_from:
+        where += f" (resumed from the step-{p.resumed_from} checkpoint)"
+    return f"job {job} {state}: {where}"

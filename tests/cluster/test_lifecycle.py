@@ -1,0 +1,137 @@
+"""A real cluster's lifecycle on the simulated one, with the real verl job (int8 rollouts, 9 steps):
+
+1. train.yml returns while the job runs (its first training step logged), saying how to follow it;
+2. `--tags verify` in a new controller process shows where the job stands (step N of 9, reward, step time) and the
+   int8 verdict so far;
+3. a worker is stopped mid-run (all its Ray processes killed, right after a checkpoint landed on the shared
+   directory): the job fails and verify names the node and the cause;
+4. train.yml again resubmits the job, verl resumes from the latest checkpoint on cluster.shared_dir and trains
+   only the remaining steps: no step is trained twice, and the final verdict counts one int8 sync per step trained.
+
+The spec is the tests' spec with cluster.shared_dir (one host directory every simulated node mounts at the same
+path, simcluster.SHARED_DIR), trainer.save_freq 1, and a reward that takes half a second per response, so a step
+lasts long enough (about 13 s) for a controller process to see the job running.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import simcluster
+import yaml
+from conftest import Cluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
+
+STEPS = 9
+WORKER = "rollout8-sim-w2"
+TIMEOUT = 1800
+SLOW_REWARD = '''"""Test reward: the share of digits in the response, half a second per response (~10 s a step)."""
+import time
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    time.sleep(0.5)
+    text = solution_str or ""
+    return sum(c.isdigit() for c in text) / max(len(text), 1)
+'''
+
+
+def lifecycle_spec(cluster: Cluster) -> Path:
+    spec = yaml.safe_load(cluster.spec.read_text())
+    base = cluster.spec.parent
+    spec["name"] = "tiny-cpu-lifecycle"
+    spec["model"] = {k: (str((base / v).resolve()) if k in ("bf16", "int8", "profile") else v)
+                     for k, v in spec["model"].items()}
+    reward = cluster.work / "slow_reward.py"
+    reward.write_text(SLOW_REWARD)
+    spec["data"] = {"train": str((base / spec["data"]["train"]).resolve()),
+                    "val": str((base / spec["data"]["val"]).resolve()), "reward": str(reward)}
+    spec["cluster"]["shared_dir"] = simcluster.SHARED_DIR
+    spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-lifecycle"
+    spec["verl"].update({"trainer.experiment_name": "tiny-cpu-lifecycle", "trainer.total_training_steps": STEPS,
+                         "trainer.save_freq": 1})
+    path = cluster.work / "lifecycle.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def one_line(output: str) -> str:
+    return " ".join(output.split())  # the callback folds long messages
+
+
+def latest_checkpoint(root: Path) -> int:
+    marks = list(root.glob("*/*/checkpoints/latest_checkpointed_iteration.txt"))
+    text = marks[0].read_text().strip() if marks else ""
+    return int(text) if text.isdigit() else 0
+
+
+def progress_of(cluster: Cluster, job: str) -> dict:
+    cli = str(simcluster.REPO / ".venv" / "bin" / "rollout8")
+    out = subprocess.run([cli, "progress", str(cluster.work / "logs" / job), "--json"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    return json.loads(out)
+
+
+def jobs_in(output: str) -> list[str]:
+    return re.findall(r"rollout8-tiny-cpu-lifecycle-\w+-verl-\d{14}", output)
+
+
+def test_returns_while_running_verify_follows_a_stopped_worker_is_named_and_the_rerun_resumes(sim_cluster):
+    spec = lifecycle_spec(sim_cluster)
+    shared = simcluster.SHARED_HOST / "tiny-cpu-lifecycle"
+    shutil.rmtree(shared, ignore_errors=True)  # no checkpoint of an earlier session: this job starts at step 1
+
+    # 1. train.yml returns once the job runs
+    first = sim_cluster.playbook("-e", "rollout8_relaunch=true", kind="verl", spec=spec, follow=False,
+                                 timeout=TIMEOUT)
+    assert first.rc == 0, first.output[-6000:]
+    job = jobs_in(first.output)[-1]
+    text = one_line(first.output)
+    assert f"job {job}: RUNNING. Follow it any time" in text, text[-4000:]
+    assert re.search(rf"job {job} RUNNING: step [1-5] of {STEPS}, reward \S+, step time \S+ s; still running", text)
+    assert "(so far: the job is still running)" in text
+
+    # 2. verify in a new controller process: where the job stands
+    later = sim_cluster.playbook("--tags", "verify", kind="verl", spec=spec, follow=False, timeout=600)
+    assert later.rc == 0, later.output[-6000:]
+    seen = re.search(rf"job {job} RUNNING: step (\d) of {STEPS}", one_line(later.output))
+    assert seen and int(seen.group(1)) < STEPS, one_line(later.output)[-4000:]
+
+    # 3. stop a worker right after a checkpoint landed (bounded wait), then verify names it
+    start = latest_checkpoint(shared)
+    deadline = time.monotonic() + 300
+    while latest_checkpoint(shared) <= start and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed_at = latest_checkpoint(shared)
+    assert start < killed_at < STEPS, f"no new checkpoint before the end (had {start}, now {killed_at})"
+    sim_cluster.node(WORKER, "/opt/rollout8/venv/bin/ray", "stop", "--force")
+    failed = sim_cluster.playbook("--tags", "verify", kind="verl", spec=spec, timeout=900)
+    text = one_line(failed.output)
+    assert failed.rc != 0 and f"job {job} FAILED at step" in text, text[-4000:]
+    worker_ip = sim_cluster.node(WORKER, "hostname", "-i").stdout.split()[0]
+    assert f"node {WORKER} ({worker_ip}) died" in text, text[-4000:]
+    assert "Cause: " in text and "Run train.yml again to resubmit (verl resumes from the latest checkpoint)" in text
+    trained_before = progress_of(sim_cluster, job)["trained"]
+    assert trained_before and max(trained_before) <= killed_at
+
+    # 4. the re-run resubmits and resumes: only the remaining steps, each once
+    rerun = sim_cluster.playbook(kind="verl", spec=spec, timeout=TIMEOUT)
+    assert rerun.rc == 0, rerun.output[-6000:]
+    resumed = [j for j in jobs_in(rerun.output) if j != job][-1]
+    progress = progress_of(sim_cluster, resumed)
+    assert progress["resumed_from"] == killed_at, progress
+    assert progress["trained"] == list(range(killed_at + 1, STEPS + 1)), progress
+    assert not set(progress["trained"]) & set(trained_before)
+    text = one_line(rerun.output)
+    assert f"job {resumed} SUCCEEDED: step {STEPS} of {STEPS}" in text
+    assert f"(resumed from the step-{killed_at} checkpoint)" in text
+    assert re.search(rf"3 rollout rank\(s\): 3 int8-patched.*; {3 * (STEPS - killed_at)} quantized sync", text), \
+        text[-4000:]
+    assert "verdict: int8 rollouts confirmed" in text

@@ -1,0 +1,69 @@
+"""`rollout8 progress`: where a verl job stands, read from its driver log as verl's console logger writes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rollout8.results.progress import progress_line, read_progress
+
+PREFIX = "\x1b[36m(TaskRunner pid=4242)\x1b[0m "
+
+
+def step_line(step: int, reward: float, seconds: float) -> str:
+    return (f"{PREFIX}step:{step} - actor/lr:np.float64(0.001) - critic/score/mean:np.float64({reward}) - "
+            f"timing_s/gen:1.5 - timing_s/step:{seconds} - training/global_step:{step}\n")
+
+
+def write(path: Path, *lines: str) -> Path:
+    path.write_text("".join(lines))
+    return path
+
+
+def test_running_job_reports_last_step_reward_and_step_time(tmp_path):
+    log = write(tmp_path / "driver.log", f"{PREFIX}step:0 - val-core/openai/gsm8k/reward/mean@1:0.1\n",
+                step_line(1, 0.25, 3.9), step_line(2, 0.5, 4.1))
+    p = read_progress(log, total=4)
+    assert p.trained == [1, 2] and p.last_step == 2  # the validation at step 0 is no training step
+    assert p.reward == 0.5 and p.step_time_s == 4.1 and p.resumed_from is None and p.cause is None
+    assert progress_line("J", "RUNNING", p) == "job J RUNNING: step 2 of 4, reward 0.5, step time 4.1 s"
+
+
+def test_resumed_job_counts_only_the_steps_it_trained(tmp_path):
+    log = write(tmp_path / "driver.log",
+                f"{PREFIX}Load from checkpoint folder: /mnt/shared/ckpt/global_step_2\n",
+                f"{PREFIX}Setting global step to 2\n",
+                f"{PREFIX}step:2 - val-core/openai/gsm8k/reward/mean@1:0.3\n",  # validation at the resumed step
+                step_line(3, 0.5, 4.0), step_line(4, 0.75, 4.0))
+    p = read_progress(log, total=4)
+    assert p.trained == [3, 4] and p.resumed_from == 2
+    assert p.checkpoint == "/mnt/shared/ckpt/global_step_2"
+    assert progress_line("J", "SUCCEEDED", p).endswith("(resumed from the step-2 checkpoint)")
+
+
+def test_failed_job_names_the_cause_and_the_addresses_in_it(tmp_path):
+    log = write(tmp_path / "driver.log", step_line(1, 0.25, 3.9), step_line(2, 0.5, 4.1),
+                f"{PREFIX}ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. "
+                "The actor's node 1a2b was terminated unexpectedly: node_ip 172.18.0.4\n")
+    p = read_progress(log, total=4)
+    assert p.last_step == 2 and "ActorDiedError" in p.cause and p.ips == ["172.18.0.4"]
+
+
+def test_no_step_yet_and_no_log(tmp_path):
+    assert progress_line("J", "RUNNING", read_progress(write(tmp_path / "driver.log", "loading\n"), 4)) == \
+        "job J RUNNING: no training step logged yet"
+    assert read_progress(tmp_path / "absent.log").trained == []
+
+
+def test_cli_json_carries_the_line(tmp_path):
+    job = tmp_path / "rollout8-x-verl-20261201000000"
+    job.mkdir()
+    write(job / "driver.log", step_line(1, 0.25, 3.9))
+    cli = Path(sys.executable).with_name("rollout8")
+    out = subprocess.run([str(cli), "progress", str(job), "--steps", "3", "--state", "RUNNING", "--json"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    data = json.loads(out)
+    assert data["trained"] == [1] and data["total"] == 3
+    assert data["line"] == f"job {job.name} RUNNING: step 1 of 3, reward 0.25, step time 3.9 s"
