@@ -35,7 +35,7 @@ def test_converges_and_smoke_job_is_green_on_every_node(sim_cluster: Cluster, co
     assert sorted(v["hostname"] for v in verdict["nodes"].values()) == sorted(NODES)
     for node in verdict["nodes"].values():
         checks = {c["check"]: c["ok"] for c in node["checks"]}
-        assert checks == {"env": True, "artifacts": True, "activation": True, "verify-quant": True}, node
+        assert checks == {"env": True, "artifacts": True, "activation": True, "cann": True, "verify-quant": True}, node
 
 
 def test_second_run_changes_nothing(sim_cluster: Cluster, converged: Run):

@@ -66,3 +66,24 @@ def test_artifact_checksums(tmp_path):
     (tmp_path / "m" / "a.bin").write_bytes(b"x")
     sums = artifact_checksums({"bf16": str(tmp_path / "m"), "gone": str(tmp_path / "nope")})
     assert sums["gone"] == "missing" and len(sums["bf16/a.bin"]) == 64
+
+
+def test_cann_environment_judged_where_cann_is_installed():
+    from rollout8.node.cann_env import cann_env, judge_cann_env
+
+    def exists(path):
+        return path == "/usr/local/Ascend/ascend-toolkit/set_env.sh"
+
+    loaded = {"ASCEND_TOOLKIT_HOME": "/usr/local/Ascend/ascend-toolkit/latest",
+              "ASCEND_OPP_PATH": "/usr/local/Ascend/ascend-toolkit/latest/opp",
+              "LD_LIBRARY_PATH": "/usr/local/Ascend/ascend-toolkit/latest/lib64"}
+    ok, line = judge_cann_env(cann_env(loaded, exists), "npu")
+    assert ok and line.startswith("CANN environment loaded: ASCEND_TOOLKIT_HOME=")
+    ok, line = judge_cann_env(cann_env({}, exists), "npu")  # a bare `docker exec`: set_env.sh never sourced
+    assert not ok and "ASCEND_TOOLKIT_HOME, ASCEND_OPP_PATH unset" in line and "rollout8-entrypoint" in line
+    ok, line = judge_cann_env(cann_env({**loaded, "LD_LIBRARY_PATH": ""}, exists), "npu")
+    assert not ok and "LD_LIBRARY_PATH without the toolkit" in line
+    assert judge_cann_env(cann_env({}, lambda p: False), "cpu")[0] is True  # the simulated CPU nodes
+    assert judge_cann_env(cann_env({}, lambda p: False), "npu")[0] is False
+    rep = dict(report(env={"FLASHRL_CONFIG": CFG}), cann=cann_env({}, exists))
+    assert checks(rep)["cann"] is False

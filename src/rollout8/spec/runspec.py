@@ -116,6 +116,13 @@ class NetworkSpec(_Strict):
         return value
 
 
+def _node_absolute(value: str | None) -> str | None:
+    """A path on every node: absolute, without a trailing slash."""
+    if value is not None and not PurePosixPath(value).is_absolute():
+        raise ValueError(f"{value!r} must be an absolute path (it is a path on every node)")
+    return None if value is None else (value.rstrip("/") or "/")
+
+
 class ClusterSpec(_Strict):
     nnodes: int = Field(ge=1, description="number of nodes (trainer.nnodes).")
     npus_per_node: int = Field(ge=1, description="accelerators used per node (trainer.n_gpus_per_node; 8 on A2).")
@@ -124,16 +131,12 @@ class ClusterSpec(_Strict):
     network: NetworkSpec = Field(default_factory=NetworkSpec)
     shared_dir: str | None = Field(
         None, description="absolute directory every node sees at the same path (an NFS mount, say): verl's "
-                          "checkpoints go to <shared_dir>/<name>/checkpoints (trainer.default_local_dir) and a "
-                          "resubmitted job resumes from the latest (trainer.resume_mode=auto); preflight proves "
-                          "it is shared. Unset: no resume after a failure.")
+                          "checkpoints go to <shared_dir>/<name>/<spec digest>/checkpoints "
+                          "(trainer.default_local_dir) and a resubmitted job of the same spec resumes from the "
+                          "latest (trainer.resume_mode=auto); preflight proves it is shared. Unset: no resume "
+                          "after a failure.")
 
-    @field_validator("shared_dir")
-    @classmethod
-    def _shared_absolute(cls, value: str | None) -> str | None:
-        if value is not None and not PurePosixPath(value).is_absolute():
-            raise ValueError(f"{value!r} must be an absolute path (the same path on every node)")
-        return value.rstrip("/") or "/" if value is not None else None
+    _shared_absolute = field_validator("shared_dir")(lambda value: _node_absolute(value))
 
 
 class DataSpec(_Strict):
@@ -153,12 +156,7 @@ class DeploySpec(_Strict):
         False, description="true: model, profile and data paths are already valid on every node (shared "
                            "storage, absolute paths) and are not copied.")
 
-    @field_validator("root")
-    @classmethod
-    def _absolute(cls, value: str | None) -> str | None:
-        if value is not None and not PurePosixPath(value).is_absolute():
-            raise ValueError(f"{value!r} must be an absolute path (it is a path on every node)")
-        return value
+    _absolute = field_validator("root")(lambda value: _node_absolute(value))
 
 
 class RunSpec(_Strict):
