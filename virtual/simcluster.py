@@ -340,8 +340,8 @@ def demo(*playbook_args: str) -> int:
                   f"{(DEMO_WORK / 'last-playbook.log').relative_to(REPO)}", file=sys.stderr)
             return run.rc
         if step == "train.yml":
-            print(">> train.yml returned while the job runs on; following it: ansible-playbook train.yml --tags verify "
-                  "-e rollout8_verify_follow=true", file=sys.stderr)
+            print(">> train.yml returned (a verl job goes on running); following it: ansible-playbook train.yml "
+                  "--tags verify -e rollout8_verify_follow=true", file=sys.stderr)
     job = latest_job_logs(DEMO_WORK)
     if job is None:
         print(f"demo: the play passed but no job logs were collected under {DEMO_WORK / 'logs'}", file=sys.stderr)

@@ -19,6 +19,11 @@ import simcluster  # noqa: E402
 ANSIBLE_DIR, RECAP, Run = simcluster.ANSIBLE_DIR, simcluster.RECAP, simcluster.Run  # re-exported for the tests
 
 
+def one_line(output: str) -> str:
+    """Playbook output with every run of whitespace as one space: the callback folds long messages."""
+    return " ".join(output.split())
+
+
 def docker_available() -> str | None:
     if shutil.which("docker") is None:
         return "no docker CLI"

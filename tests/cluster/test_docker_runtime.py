@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import simcluster
-from conftest import REPO, docker_available
+from conftest import REPO, docker_available, one_line
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
@@ -114,7 +114,7 @@ def test_image_of_another_architecture_is_refused(tmp_path_factory):
         subprocess.run(["docker", "rmi", tag], capture_output=True, check=True)
 
         rc, out = playbook(work, spec, tag, tarball, "--tags", "image")
-        out = " ".join(out.split())  # the callback folds long messages
+        out = one_line(out)
         assert rc != 0
         line = f"holds {tag} for {foreign}"
         assert line in out and f"the node is {platform.machine()} ({node_arch})" in out and "Nothing was copied" in out
@@ -123,13 +123,13 @@ def test_image_of_another_architecture_is_refused(tmp_path_factory):
 
         # the tarball names another image than the inventory: refused the same way
         rc, out = playbook(work, spec, "rollout8/stack:other", tarball, "--tags", "image")
-        out = " ".join(out.split())
+        out = one_line(out)
         assert rc != 0 and "but rollout8_image is rollout8/stack:other" in out, out[-3000:]
 
         # already on the node (loaded by hand): refused after inspection, no container started
         subprocess.run(["docker", "load", "-i", str(raw)], capture_output=True, check=True)
         rc, out = playbook(work, spec, tag, None, "--tags", "image,runtime")
-        out = " ".join(out.split())
+        out = one_line(out)
         assert rc != 0 and f"image {tag} is built for {foreign}" in out, out[-3000:]
         assert "no container was started from it" in out
         assert subprocess.run(["docker", "inspect", CONTAINER], capture_output=True).returncode != 0
@@ -186,7 +186,7 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         # environment and the smoke job is red, naming it.
         rc, out = playbook(work, spec, image, tarball, "-e", '{"rollout8_container_exec_prefix": []}',
                            "-e", "rollout8_relaunch=true")
-        assert rc != 0 and "smoke job RED: " in " ".join(out.split()), out[-3000:]
+        assert rc != 0 and "smoke job RED: " in one_line(out), out[-3000:]
         assert "ROLLOUT8_CANN_STANDIN" not in process_env(CONTAINER, "raylet")
         driver = latest_driver_log(work)
         assert "CANN is installed but its environment is not loaded in this process" in driver, driver[-3000:]

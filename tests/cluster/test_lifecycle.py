@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import simcluster
 import yaml
-from conftest import Cluster
+from conftest import Cluster, one_line
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
@@ -60,10 +60,6 @@ def lifecycle_spec(cluster: Cluster) -> Path:
     path = cluster.work / "lifecycle.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
-
-
-def one_line(output: str) -> str:
-    return " ".join(output.split())  # the callback folds long messages
 
 
 def latest_checkpoint(root: Path) -> int:
@@ -135,3 +131,4 @@ def test_returns_while_running_verify_follows_a_stopped_worker_is_named_and_the_
     assert re.search(rf"3 rollout rank\(s\): 3 int8-patched.*; {3 * (STEPS - killed_at)} quantized sync", text), \
         text[-4000:]
     assert "verdict: int8 rollouts confirmed" in text
+

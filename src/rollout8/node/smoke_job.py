@@ -213,8 +213,9 @@ def run_job(plan: dict, expected_nodes: int | None, timeout: float) -> dict:
         except Exception as exc:  # a node that cannot run the task is a red node, not a crash of the driver
             results[address] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     verdict = {"nodes": {}, "ok": True, "driver_env": {"FLASHRL_CONFIG": os.environ.get("FLASHRL_CONFIG")}}
-    driver_ok, driver_cann = judge_cann_env(cann_env(), plan.get("accelerator", "npu"))
-    verdict["driver_cann"] = {"ok": driver_ok, "detail": driver_cann, **cann_env()}
+    driver_seen = cann_env()
+    driver_ok, driver_cann = judge_cann_env(driver_seen, plan.get("accelerator", "npu"))
+    verdict["driver_cann"] = {"ok": driver_ok, "detail": driver_cann, **driver_seen}
     verdict["ok"] &= driver_ok
     print(f"smoke-job: driver cann {'ok  ' if driver_ok else 'FAIL'} {driver_cann}", flush=True)
     for address, result in results.items():

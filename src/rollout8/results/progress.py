@@ -71,7 +71,7 @@ def read_progress(driver_log: Path, total: int | None = None) -> Progress:
 
 
 def progress_line(job: str, state: str, p: Progress) -> str:
-    """One line: `job J RUNNING: step 2 of 4, reward 0.31, step time 3.9 s (resumed from step 2)`."""
+    """One line: `job J RUNNING: step 3 of 4, reward 0.31, step time 3.9 s (resumed from the step-2 checkpoint)`."""
     of = f" of {p.total}" if p.total else ""
     if p.last_step is None:
         where = "no training step logged yet"
