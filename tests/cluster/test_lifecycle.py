@@ -132,3 +132,21 @@ def test_returns_while_running_verify_follows_a_stopped_worker_is_named_and_the_
         text[-4000:]
     assert "verdict: int8 rollouts confirmed" in text
 
+
+def test_preflight_refuses_a_shared_dir_that_is_not_shared(sim_cluster):
+    """cluster.shared_dir on a directory each node has on its own disk (/tmp), or on none: refused in preflight,
+    naming the nodes, before anything is deployed."""
+    spec = yaml.safe_load(lifecycle_spec(sim_cluster).read_text())
+    for shared_dir, expected in (("/tmp", [f"{w}: /tmp (cluster.shared_dir) is not shared with rollout8-sim-head"
+                                            for w in ("rollout8-sim-w1", "rollout8-sim-w2")]),
+                                 ("/nonexistent-shared", ["rollout8-sim-head: /nonexistent-shared (cluster.shared_dir)"
+                                                          " is not a directory here"])):
+        spec["cluster"]["shared_dir"] = shared_dir
+        path = sim_cluster.work / "not-shared.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        run = sim_cluster.playbook("--tags", "preflight", kind="verl", spec=path, timeout=600)
+        text = one_line(run.output)
+        assert run.rc != 0, text[-3000:]
+        for line in expected:
+            assert line in text, text[-3000:]
+        assert "TASK [runtime" not in run.output and "TASK [artifacts" not in run.output
