@@ -62,13 +62,14 @@ ENGINE ?= docker
 IMAGE ?= $(shell $(LOCK_CLI) --get image)
 IMAGE_TARBALL ?= out/$(subst :,_,$(subst /,_,$(IMAGE))).tar.gz
 comma := ,
-# Optional knobs (none is a version): BASE_IMAGE (a ready CANN image), CA_BUNDLE (PEM file, passed as a BuildKit
-# secret, never in a layer), PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / PIP_TRUSTED_HOST / TORCH_INDEX_URL (mirrors),
-# HTTP_PROXY / HTTPS_PROXY / NO_PROXY (taken from the environment), ALLOW_UNVERIFIED_CANN=1, PLATFORM=linux/arm64.
-IMAGE_OPTS = $(foreach v,BASE_IMAGE PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST TORCH_INDEX_URL \
+# Optional knobs (none is a version): BASE_IMAGE (a ready CANN image), STACK_IMAGE (a ready `stack` stage: only the
+# patched and bundle stages are built on it), CA_BUNDLE (PEM file, passed as a BuildKit secret, never in a layer),
+# PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / PIP_TRUSTED_HOST / TORCH_INDEX_URL (mirrors), HTTP_PROXY / HTTPS_PROXY /
+# NO_PROXY (taken from the environment), ALLOW_UNVERIFIED_CANN=1, PLATFORM=linux/arm64, NO_CACHE=1.
+IMAGE_OPTS = $(foreach v,BASE_IMAGE STACK_IMAGE PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST TORCH_INDEX_URL \
   ALLOW_UNVERIFIED_CANN HTTP_PROXY HTTPS_PROXY NO_PROXY,$(if $($(v)),--build-arg=$(v)=$($(v)))) \
   $(if $(CA_BUNDLE),--secret id=ca_bundle$(comma)src=$(CA_BUNDLE)) $(if $(PLATFORM),--platform=$(PLATFORM)) \
-  $(if $(filter podman,$(notdir $(ENGINE))),--format docker)
+  $(if $(filter podman,$(notdir $(ENGINE))),--format docker) $(if $(NO_CACHE),--no-cache)
 IMAGE_TEST_FLAGS ?=
 
 .PHONY: lock-check

@@ -12,9 +12,16 @@ meta=$("$engine" image inspect -f '{"image": "'"$image"'", "id": "{{.Id}}", "arc
   || { echo "image-save: no image $image here: build it first (make image)" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 trap 'rm -f "$out.part" "$out.json.part"' EXIT
+# podman names a local image localhost/NAME, and saves it so: docker would load it under that name, which is not
+# rollout8_image. Saved as docker.io/NAME, docker loads it as NAME.
+ref=$image
+if [ "$(basename "$engine")" = podman ] && [[ ${image%%/*} != *[.:]* && ${image%%/*} != localhost ]]; then
+  ref=docker.io/$image
+  "$engine" tag "$image" "$ref"
+fi
 case $out in
-  *.tar.gz) "$engine" save "$image" | gzip -1 >"$out.part" ;;
-  *.tar) "$engine" save -o "$out.part" "$image" ;;
+  *.tar.gz) "$engine" save "$ref" | gzip -1 >"$out.part" ;;
+  *.tar) "$engine" save -o "$out.part" "$ref" ;;
   *) echo "image-save: $out: name it .tar or .tar.gz" >&2; exit 1 ;;
 esac
 echo "$meta" >"$out.json.part"

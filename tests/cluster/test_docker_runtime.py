@@ -1,8 +1,10 @@
 """The production runtime, run for real: train.yml with rollout8_runtime=docker on this machine (one node).
 
-The training image is built in the test (the simulated node image plus the bundle wheel), saved as the tarball
-`make image-save` would write, removed, and loaded back by the image role; the runtime role starts the training
-container (host network); Ray runs inside it; the smoke job must be green; reset.yml removes it all.
+The training image is built as a user builds it, from docker/Dockerfile's own `patched` and `bundle` stages
+(`make image STACK_IMAGE=...`, podman here) on a CPU stand-in for the `stack` stage: the real-job engine stack
+with a stand-in CANN set_env.sh (simcluster.standin_stack_image). `make image-save` writes the tarball, which the
+image role loads on the node; the runtime role starts the training container (host network); Ray runs inside
+it; the smoke job must be green; reset.yml removes it all.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import io
 import json
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -32,7 +35,7 @@ def playbook(work: Path, spec: Path, image: str, tarball: Path | None, *extra: s
     args = {"rollout8_runtime": "docker", "rollout8_job_kind": "smoke", "rollout8_image": image,
             "rollout8_image_tarball": str(tarball) if tarball else "",
             "rollout8_container_name": CONTAINER, "rollout8_container_shm_size": "512m", "rollout8_home": HOME,
-            # the test image keeps its Python in a venv; the real image uses the default /usr/local/bin
+            # the stand-in stack keeps its Python in a venv; the real stack installs into /usr/local/bin (default)
             "rollout8_container_bin": "/opt/rollout8/venv/bin",
             "rollout8_ray_port": 26379, "rollout8_ray_dashboard_port": 28265, "rollout8_ray_num_cpus": 1,
             "rollout8_ray_object_store_bytes": 100000000, "rollout8_preflight_min_disk_gb": 1,
@@ -141,18 +144,21 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
     reason = docker_available()
     if reason:
         pytest.skip(reason)
+    if not shutil.which(simcluster.BUILDER):
+        pytest.skip(f"no {simcluster.BUILDER} to build docker/Dockerfile's stages (scripts/ci-setup.sh installs it)")
     simcluster.wheelhouse()  # cached by content; rebuilds the bundle wheel
-    image = simcluster.train_image(simcluster.bundle_wheel())
+    image = simcluster.train_image()  # in the builder's store, as after `make image`
     work = tmp_path_factory.mktemp("docker-runtime")
     spec = docker_spec(work)
     # The tarball is the image's full size (GBs): written for this run only and removed at the end, never cached
     # (a cache keyed by the bundle wheel kept one per code change and filled CI's disk).
     tarball = work / f"{image.replace('/', '_').replace(':', '_')}.tar"
     staged = Path(HOME) / "images" / tarball.name
-    subprocess.run(["bash", str(REPO / "scripts" / "image-save.sh"), image, str(tarball)], check=True)
+    subprocess.run(["make", "-C", str(REPO), "--no-print-directory", "image-save", f"ENGINE={simcluster.BUILDER}",
+                    f"IMAGE={image}", f"IMAGE_TARBALL={tarball}"], check=True)
     assert json.loads(Path(f"{tarball}.json").read_text())["image"] == image
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
-    subprocess.run(["docker", "rmi", image], capture_output=True, check=True)  # the image role must load it back
+    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)  # a previous run's: the role must load it
 
     try:
         rc, out = playbook(work, spec, image, tarball)
@@ -164,6 +170,9 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
                                             check=True).stdout)[0]
         assert inspect["HostConfig"]["NetworkMode"] == "host"
         assert f"FLASHRL_CONFIG={ROOT}/flashrl.yaml" in inspect["Config"]["Env"]
+        # built by docker/Dockerfile's bundle stage: its entrypoint, its labels
+        assert inspect["Config"]["Entrypoint"] == ["/usr/local/bin/rollout8-entrypoint"]
+        assert inspect["Config"]["Labels"]["io.rollout8.stack-image"].startswith("rollout8/sim-standin:")
 
         # CANN's environment reaches every process the roles start through `docker exec` (the image's entrypoint
         # sources set_env.sh; here a stand-in exporting a marker): Ray's raylet, the job's driver and its workers.
@@ -172,12 +181,8 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         assert "smoke-job: driver cann ok   CANN environment loaded: ASCEND_TOOLKIT_HOME=" in driver, driver[-3000:]
         assert re.search(r"smoke-job: \S+ \(\S+\) cann +ok   CANN environment loaded", driver), driver[-3000:]
 
-        # The accept-npu tag runs the NPU acceptance suite in the training container. The real image ships the
-        # script (docker/Dockerfile's bundle stage); this test image gets it by docker cp. No NPU here: the play
-        # must fail and say so (exit 3), never pass.
-        subprocess.run(["docker", "exec", CONTAINER, "mkdir", "-p", "/opt/rollout8/scripts"], check=True)
-        subprocess.run(["docker", "cp", str(REPO / "scripts" / "accept-npu.sh"),
-                        f"{CONTAINER}:/opt/rollout8/scripts/accept-npu.sh"], check=True)
+        # The accept-npu tag runs the NPU acceptance suite the image ships in the training container. No NPU
+        # here: the play must fail and say so (exit 3), never pass.
         rc, out = playbook(work, spec, image, tarball, "--tags", "accept-npu")
         assert rc != 0 and "no Ascend NPU on localhost (exit 3)" in out, out[-3000:]
         assert "accept-npu: CANN environment loaded: ASCEND_TOOLKIT_HOME=" in out, out[-3000:]
@@ -196,5 +201,6 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         assert gone.returncode != 0
     finally:
         subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
+        subprocess.run(["docker", "rmi", "-f", image], capture_output=True)  # GBs; the builder's store keeps it
         tarball.unlink(missing_ok=True)
         staged.unlink(missing_ok=True)
