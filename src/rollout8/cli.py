@@ -8,8 +8,12 @@ Modules are imported only when their command runs, so `rollout8 lock` does not p
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import signal
 import sys
+import traceback
 
 from .errors import Rollout8Error
 
@@ -72,15 +76,82 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = argparse.ArgumentParser(prog=f"rollout8 {name}", description=help_text)
     module.add_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback too")
     args = parser.parse_args(rest)
+    debug = args.debug or os.environ.get("ROLLOUT8_DEBUG") == "1"
+    # SIGTERM unwinds like ^C: every cleanup runs and temporaries are removed
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    _received.clear()
     try:
         return int(module.run(args) or 0)
     except Rollout8Error as exc:
+        if debug:
+            traceback.print_exc()
         print(f"rollout8 {name}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"rollout8 {name}: interrupted", file=sys.stderr)
+        print(f"rollout8 {name}: interrupted; nothing half-written was left", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"rollout8 {name}: terminated; nothing half-written was left", file=sys.stderr)
+        return 143
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # the error edge: one line, never a traceback (unless --debug)
+        if _received:  # a signal raised inside a library that wrapped it in its own exception
+            what = "terminated" if signal.SIGTERM in _received else "interrupted"
+            print(f"rollout8 {name}: {what}; nothing half-written was left", file=sys.stderr)
+            return 143 if signal.SIGTERM in _received else 130
+        if debug:
+            traceback.print_exc()
+        print(f"rollout8 {name}: error: {describe(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is, so every `finally` and cleanup runs (KeyboardInterrupt's twin)."""
+
+
+_received: set[int] = set()
+
+
+def _on_signal(signum, frame) -> None:
+    _received.add(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+# errno -> what to do about it
+_OS_HINTS = {errno.ENOENT: "check the path", errno.EACCES: "check its permissions (or run as its owner)",
+             errno.EPERM: "check its permissions (or run as its owner)", errno.EISDIR: "name a file, not a directory",
+             errno.ENOTDIR: "a parent of it is a file, not a directory", errno.ENOSPC: "free disk space and re-run",
+             errno.EROFS: "it is on a read-only filesystem: write elsewhere", errno.EEXIST: "remove it or name another",
+             errno.ENAMETOOLONG: "use a shorter path"}
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an error no command turned into a Rollout8Error: what, where (when known), what to do."""
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        hint = _OS_HINTS.get(exc.errno or 0, "check the path and re-run")
+        return f"{where}{exc.strerror or exc}; {hint}"
+    if isinstance(exc, MemoryError):
+        return "out of memory: an input is much larger than it should be, or this machine has too little RAM"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"an input file is not UTF-8 text ({exc.reason} at byte {exc.start}); give the text file it expects"
+    kind = type(exc).__name__
+    module = type(exc).__module__.split(".")[0]
+    if kind == "JSONDecodeError":
+        return f"an input is not valid JSON ({exc}); check the file named in the command"
+    if module == "yaml":
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{mark.name}:{mark.line + 1}: " if mark is not None else ""
+        return f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc}); fix the file"
+    if kind in ("UnpicklingError", "SafetensorError", "HeaderTooLarge") or module == "safetensors":
+        return f"an input is not the file it should be ({kind}: {exc}); check the paths given"
+    return f"unexpected {kind}: {exc} (a bug in rollout8: re-run with --debug and report the traceback)"
 
 
 if __name__ == "__main__":

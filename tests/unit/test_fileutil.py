@@ -26,7 +26,7 @@ def _old_dir(tmp_path):
 
 def test_staged_dir_replaces_the_directory_in_one_step(tmp_path):
     out = _old_dir(tmp_path)
-    with staged_dir(out, prefix=".model-") as tmp:
+    with staged_dir(out) as tmp:
         (tmp / "new.txt").write_text("new")
     assert _tree(out) == {"new.txt": "new"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"], "no temporary or old directory left behind"
@@ -34,7 +34,7 @@ def test_staged_dir_replaces_the_directory_in_one_step(tmp_path):
 
 def test_staged_dir_keeps_the_old_directory_when_building_fails(tmp_path):
     out = _old_dir(tmp_path)
-    with pytest.raises(RuntimeError), staged_dir(out, prefix=".model-") as tmp:
+    with pytest.raises(RuntimeError), staged_dir(out) as tmp:
         (tmp / "half.txt").write_text("half")
         raise RuntimeError("disk full")
     assert _tree(out) == {"a.txt": "old a", "sub/b.txt": "old b"}
@@ -47,12 +47,12 @@ def test_staged_dir_keeps_the_old_directory_when_publishing_fails_half_way(tmp_p
     real_replace = os.replace
 
     def failing_replace(src, dst):
-        if str(src).startswith(str(tmp_path / ".model-")) and os.fspath(dst) == os.fspath(out):
+        if str(src).endswith(".partial") and os.fspath(dst) == os.fspath(out):
             raise OSError("simulated failure while publishing")
         return real_replace(src, dst)
 
     monkeypatch.setattr(fileutil.os, "replace", failing_replace)
-    with pytest.raises(OSError, match="simulated"), staged_dir(out, prefix=".model-") as tmp:
+    with pytest.raises(OSError, match="simulated"), staged_dir(out) as tmp:
         (tmp / "new.txt").write_text("new")
     assert _tree(out) == {"a.txt": "old a", "sub/b.txt": "old b"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

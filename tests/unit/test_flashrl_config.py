@@ -54,11 +54,13 @@ def flashrl_reads(config_path: Path, ranks: list[int], tp: int, tmp: Path) -> di
 
 
 @pytest.fixture
-def paths(tmp_path):
+def paths(tmp_path, model_pair):
+    import shutil
+
     import torch
 
-    (tmp_path / "int8").mkdir()
-    (tmp_path / "bf16").mkdir()
+    shutil.copytree(model_pair.int8, tmp_path / "int8")  # setup refuses a -m that holds no int8 weights
+    shutil.copytree(model_pair.bf16, tmp_path / "bf16")
     torch.save({}, tmp_path / "profile.pt")
     return tmp_path
 

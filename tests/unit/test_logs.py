@@ -8,7 +8,9 @@ forwarded output (`(WorkerDict pid=N, ip=A)` prefixes, ANSI colours, `[repeated 
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,14 +54,15 @@ def emitted(tmp_path_factory):
     return tmp
 
 
-def ray_session(root: Path, workers: dict[int, tuple[str, Path]]) -> Path:
+def ray_session(root: Path, workers: dict[int, tuple[str, Path]], session: str = "2026-11-30_12-00-00_000000_1",
+                job: str = "01000000") -> Path:
     """Ray's layout: one worker-<id>-<job>-<pid>.out/.err pair per process, the actor marker first."""
-    logs = root / "session_2026-11-30_12-00-00_000000_1" / "logs"
-    logs.mkdir(parents=True)
+    logs = root / f"session_{session}" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     for pid, (actor, source) in workers.items():
-        stem = f"worker-{pid:056x}-01000000-{pid}"
-        (logs / f"{stem}.out").write_text(f":job_id:01000000\n:actor_name:{actor}\n")
-        (logs / f"{stem}.err").write_text(f":job_id:01000000\n:actor_name:{actor}\n" + source.read_text())
+        stem = f"worker-{pid:056x}-{job}-{pid}"
+        (logs / f"{stem}.out").write_text(f":job_id:{job}\n:actor_name:{actor}\n")
+        (logs / f"{stem}.err").write_text(f":job_id:{job}\n:actor_name:{actor}\n" + source.read_text())
     (logs / "raylet.out").write_text("[2026-11-30 12:00:00,000 I 1 1] raylet started\n")
     return root
 
@@ -188,3 +191,39 @@ def test_async_rollout_servers_are_named_and_fail_the_verdict(tmp_path, capsys):
     assert "(pid 200 in node-a): async: verl's async rollout server" in out
     assert "(pid 201 in node-b): async:" in out and "2 async rollout server(s)" in out
     assert "verdict: NOT confirmed" in out
+
+
+def test_a_crashed_run_beside_an_older_good_one_is_judged_alone(emitted, tmp_path, capsys):
+    """An older, good Ray session and a newer one whose rank crashed (no CUDA) in one directory: the newest is
+    judged, and named, never merged with the good one; --job picks the other."""
+    ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank0.log")}, session="2026-11-30_12-00-00_000000_1")
+    ray_session(tmp_path, {201: ("WorkerDict", emitted / "rank3.log")}, session="2026-12-01_09-00-00_000000_1",
+                job="02000000")
+    assert main(["logs", str(tmp_path)]) != 0
+    out = capsys.readouterr().out
+    assert "judging Ray job 02000000 of session_2026-12-01_09-00-00_000000_1 (the newest); also in" in out
+    assert "Ray job 01000000 of session_2026-11-30_12-00-00_000000_1 (pick one with --job)" in out
+    assert "pid 101" not in out and "verdict: NOT confirmed" in out
+    rc, report = run_logs(tmp_path, capsys, "--job", "01000000")
+    assert rc == 0 and report["ok"] and [r["pid"] for r in report["ranks"]] == [101]
+    assert main(["logs", str(tmp_path), "--job", "0badc0de"]) != 0
+    assert "--job 0badc0de: no such Ray job" in capsys.readouterr().err
+
+
+def test_two_jobs_of_one_session_are_told_apart(emitted, tmp_path, capsys):
+    ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank3.log")})
+    ray_session(tmp_path, {102: ("WorkerDict", emitted / "rank0.log")}, job="02000000")
+    newest = tmp_path / "session_2026-11-30_12-00-00_000000_1" / "logs" / f"worker-{102:056x}-02000000-102.err"
+    os.utime(newest, (newest.stat().st_mtime + 60,) * 2)
+    rc, report = run_logs(tmp_path, capsys)
+    assert rc == 0 and report["judged"].startswith("Ray job 02000000") and len(report["runs"]) == 2
+
+
+def test_duplicate_ranks_and_compressed_logs_are_reported(emitted, tmp_path, capsys):
+    ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank0.log"), 102: ("WorkerDict", emitted / "rank0.log")})
+    assert main(["logs", str(tmp_path)]) == 0
+    assert "note: rank 0 is reported by 2 processes (pids 101, 102)" in capsys.readouterr().out
+    (tmp_path / "more.log.gz").write_bytes(gzip.compress(b"flash_rl quantization is called\n"))
+    assert main(["logs", str(tmp_path)]) != 0
+    out = capsys.readouterr().out
+    assert "1 compressed log file(s) not read, e.g." in out and "more.log.gz" in out

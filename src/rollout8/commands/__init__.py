@@ -2,3 +2,37 @@
 `add_arguments(parser)` and `run(args) -> int`: argument parsing, printing and exit codes only; the work is in
 the library layers. No library module imports from here.
 """
+
+import argparse
+import math
+from pathlib import Path
+
+
+def count(text: str) -> int:
+    """argparse type: an integer, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    return value
+
+
+def amount(text: str) -> float:
+    """argparse type: a finite number, 0 or more (NaN would make every comparison pass)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be a finite number, 0 or more")
+    return value
+
+
+def absolute_path(text: str) -> Path:
+    """argparse type: an absolute path (a relative one would be taken from wherever the command runs)."""
+    path = Path(text)
+    if not path.is_absolute():
+        raise argparse.ArgumentTypeError(f"{text!r} is relative: give an absolute path")
+    return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..fileutil import check_output
 from ..quant.convert import convert_to_ascend
 from ..quant.layout import ASCEND, FLOAT, W8A8_DYNAMIC
 
@@ -21,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    check_output(args.out_dir, inputs={"INT8_DIR": args.int8_dir}, directory=True, flag="OUT_DIR")
     result = convert_to_ascend(args.int8_dir, args.out_dir, round_scales=args.round_scales,
                                verify=not args.no_verify, force=args.force,
                                progress=lambda msg: print(f"convert: {msg}", flush=True))

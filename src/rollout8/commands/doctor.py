@@ -9,15 +9,16 @@ from pathlib import Path
 
 from ..errors import Rollout8Error
 from ..node.doctor import FAIL, SKIP, WARN, run_checks
+from . import absolute_path, amount, count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accelerator", choices=["npu", "cpu"], default="npu")
-    parser.add_argument("--npus", type=int, default=8, help="NPUs this node must show (default 8)")
-    parser.add_argument("--root", type=Path, default=Path("/var/lib/rollout8"),
+    parser.add_argument("--npus", type=count, default=8, help="NPUs this node must show (default 8)")
+    parser.add_argument("--root", type=absolute_path, default=Path("/var/lib/rollout8"),
                         help="where the bundle puts models and artifacts (deploy.root)")
-    parser.add_argument("--min-disk-gib", type=float, default=50.0)
-    parser.add_argument("--min-shm-gib", type=float, default=1.0)
+    parser.add_argument("--min-disk-gib", type=amount, default=50.0)
+    parser.add_argument("--min-shm-gib", type=amount, default=1.0)
     parser.add_argument("--skip", action="append", default=[], metavar="CHECK",
                         help="report CHECK (a name from the first column, e.g. version:ray) as skipped: "
                              "the explicit escape hatch, shown in the report; repeatable")

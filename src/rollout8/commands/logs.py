@@ -8,14 +8,17 @@ from pathlib import Path
 
 from ..errors import CheckFailed, Rollout8Error
 from ..results.verdict import scan, verdict
+from . import count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", help="a Ray session dir, a directory of collected logs, or one log file")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    parser.add_argument("--min-syncs", type=int, default=0,
+    parser.add_argument("--job", metavar="ID", help="with logs of several Ray jobs or sessions: judge this one (its "
+                        "Ray job id, e.g. 02000000, or its session_... directory name); default: the newest")
+    parser.add_argument("--min-syncs", type=count, default=0,
                         help="also require at least this many quantized syncs on every int8 rank")
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--steps", type=count, default=None,
                         help="the run's training steps: require exactly one quantized sync per step on every "
                              "int8 rank (verl's sync rollout loads the actor's weights once per step)")
 
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.directory)
     if not path.exists():
         raise Rollout8Error(f"{path}: no such file or directory")
-    report = verdict(scan(path))
+    report = verdict(scan(path, args.job))
     for r in report["ranks"]:
         if r["status"] != "patched":
             continue
@@ -46,6 +49,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
+        if report["judged"]:
+            line = f"judging {report['judged']}"
+            others = [r for r in report["runs"] if r != report["judged"]]
+            if others:
+                line += (" (the newest)" if not args.job else "") + \
+                    f"; also in {path}: {', '.join(others)} (pick one with --job)"
+            print(line)
         for r in report["ranks"]:
             who = f"rank {r['rank']}" if r["rank"] is not None else "rank ?"
             where = f"pid {r['pid']}" + (f" on {r['ip']}" if r["ip"] else _host_dir(path, r["source"])) \
@@ -61,6 +71,12 @@ def run(args: argparse.Namespace) -> int:
               + f"; {report['quantized_syncs']} quantized sync(s)"
               + (f" ({report['unattributed_syncs']} from Ray's repeated-line summaries)"
                  if report["unattributed_syncs"] else ""))
+        for rank, pids in report["duplicate_ranks"].items():
+            print(f"note: rank {rank} is reported by {len(pids)} processes (pids {', '.join(map(str, pids))}): a "
+                  "restarted worker, or logs of two runs in one directory; each is judged on its own")
+        if report["compressed"]:
+            print(f"{len(report['compressed'])} compressed log file(s) not read, e.g. {report['compressed'][0]}: "
+                  "unpack them (tar -xzf / gunzip) and run again")
         print("verdict: " + ("int8 rollouts confirmed" if report["ok"] else "NOT confirmed"))
     if not report["ok"]:
         if args.json:

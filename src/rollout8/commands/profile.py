@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 from ..errors import ModelError
-from ..quant.profile import flashrl_profile_command, write_profile
+from ..fileutil import check_output
+from ..quant.checkpoint import require_kind
+from ..quant.profile import PROFILE_KIND, flashrl_profile_command, write_profile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,12 +22,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rollout8: stream layer by layer (default); flashrl: run FlashRL's own profiler, "
                              "which loads both models fully")
     parser.add_argument("--quiet", action="store_true", help="no per-layer progress lines")
+    parser.add_argument("--force", action="store_true", help="replace an existing -o file that is not a profile")
 
 
 def run(args) -> int:
     for flag, path in (("-m", args.model), ("-q", args.quantized)):
         if not Path(path).is_dir():
             raise ModelError(f"{flag} {path}: model directory does not exist")
+    require_kind(args.model, int8=False, flag="-m")
+    require_kind(args.quantized, int8=True, flag="-q")
+    check_output(args.output, inputs={"-m": args.model, "-q": args.quantized}, kind=PROFILE_KIND, force=args.force)
     start = time.monotonic()
     if args.engine == "flashrl":
         cmd, env = flashrl_profile_command(args.model, args.quantized, args.output)

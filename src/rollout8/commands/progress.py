@@ -8,11 +8,12 @@ from pathlib import Path
 
 from ..errors import Rollout8Error
 from ..results.progress import progress_line, read_progress
+from . import count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", help="a job's collected logs (its driver.log), or the driver log itself")
-    parser.add_argument("--steps", type=int, default=None, help="the run's total training steps")
+    parser.add_argument("--steps", type=count, default=None, help="the run's total training steps")
     parser.add_argument("--state", default="", help="the job's Ray state, printed in the line (RUNNING, ...)")
     parser.add_argument("--json", action="store_true", help="print the progress as JSON")
 

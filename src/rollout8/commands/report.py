@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..fileutil import check_output
 from ..results.report import build
+from . import count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,19 +16,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", type=Path, required=True, metavar="OUT_DIR", help="where to write the report")
     parser.add_argument("--label", action="append", default=[], metavar="NAME",
                         help="label of the n-th run (repeat, in order); default: its directory or file name")
-    parser.add_argument("--mode", action="append", default=[], metavar="MODE",
+    parser.add_argument("--mode", action="append", default=[], metavar="MODE", choices=("bf16", "int8", "hybrid"),
                         help="rollout mode of the n-th run (bf16, int8, hybrid); default: from its config files")
     parser.add_argument("--config", action="append", default=[], type=Path, metavar="FILE",
                         help="the n-th run's rendered manifest (render.json, rollout8-plan.json), FlashRL YAML or run "
                              "spec: its rollout mode (and a manifest's name as the label)")
     parser.add_argument("--baseline", metavar="LABEL",
                         help="the run speed-ups are measured against; default: the first bf16 run, else the first")
-    parser.add_argument("--skip-first", type=int, default=1, metavar="N",
+    parser.add_argument("--skip-first", type=count, default=1, metavar="N",
                         help="training steps left out of the step-time means (warm-up; default 1)")
     parser.add_argument("--title", default="rollout8: bf16 vs int8 rollout", help="page title")
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.out, inputs={f"RUN {path}": path for path in args.runs}, directory=True, nested_ok=True)
     summary = build(args.runs, args.out, args.label, args.mode, args.baseline, args.skip_first, args.title,
                     args.config)
     for row in summary["runs"]:

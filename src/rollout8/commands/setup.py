@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from ..errors import SpecError
-from ..spec.flashrl_config import build_config, config_for_spec, detect_layout, mix_summary, write_config
+from ..fileutil import check_output
+from ..quant.checkpoint import require_kind
+from ..spec.flashrl_config import CONFIG_KIND, build_config, config_for_spec, detect_layout, mix_summary, write_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=int, default=None, help="show the per-rank mix for this tensor parallel size")
     parser.add_argument("--world-size", type=int, default=None, help="rollout world size for the per-rank mix")
     parser.add_argument("-o", "--output", required=True, help="where to write the FlashRL YAML")
+    parser.add_argument("--force", action="store_true", help="replace an existing -o file that is not a FlashRL config")
 
 
 def _parse_mix(text: str) -> tuple[int, int]:
@@ -54,10 +57,19 @@ def run(args: argparse.Namespace) -> int:
             for label, value in needed:
                 if value is not None and not Path(value).exists():
                     raise SpecError(f"{label} {value}: does not exist (pass --no-path-check for node-only paths)")
+        if not args.no_path_check and args.fn != "bf16" and model and Path(model).is_dir():
+            require_kind(model, int8=True, flag="-m")
         layout = detect_layout(Path(model)) if model and Path(model).is_dir() else "compressed-tensors"
         config = build_config(args.fn, int8_model=model, profile=profile, bf16_model=bf16,
                               mix=_parse_mix(args.mix), layout=layout)
         tp, world = args.tp or 1, args.world_size
+    inputs = {"--spec": args.spec, "-m": getattr(args, "model", None), "-p": getattr(args, "profile", None),
+              "-b": getattr(args, "bf16_model", None)}
+    for entry in config.get("configs", []):  # what the config points at is an input too (the profile, the models)
+        for key in ("profile", "model", "int8_model", "bf16_model"):
+            if isinstance(entry.get(key), str):
+                inputs.setdefault(f"the config's {key}", entry[key])
+    check_output(args.output, inputs=inputs, kind=CONFIG_KIND, force=args.force)
     path = write_config(config, Path(args.output))
     print(f"wrote {path} ({len(config['configs'])} entr{'y' if len(config['configs']) == 1 else 'ies'}); "
           f"export FLASHRL_CONFIG={path}")

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from ..errors import CheckFailed
+from ..fileutil import atomic_write, check_output
 from ..quant.verify import DEFAULT_MAX_LSB, format_table, verify
+from . import count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,11 +18,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quantized", required=True, help="the int8 (W8A8) model directory")
     parser.add_argument("-p", "--profile", required=True, help="the FlashRL profile (.pt)")
     parser.add_argument("--json", dest="json_out", help="also write the report as JSON to this file ('-' = stdout)")
-    parser.add_argument("--max-lsb", type=int, default=DEFAULT_MAX_LSB,
+    parser.add_argument("--max-lsb", type=count, default=DEFAULT_MAX_LSB,
                         help=f"largest allowed int8 difference in LSB (default {DEFAULT_MAX_LSB})")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json file that is not JSON")
+
+
+def _is_json_report(path: Path) -> bool:
+    return path.stat().st_size < 50_000_000 and isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
 
 
 def run(args) -> int:
+    if args.json_out and args.json_out != "-":
+        check_output(args.json_out, inputs={"-m": args.model, "-q": args.quantized, "-p": args.profile},
+                     kind=("a JSON report", _is_json_report), force=args.force, flag="--json")
     step = {"next": 0.0}
 
     def progress(done: int, total: int) -> None:  # on stderr, so stdout stays the table / JSON
@@ -36,7 +46,7 @@ def run(args) -> int:
         if args.json_out == "-":
             sys.stdout.write(text)
         else:
-            Path(args.json_out).write_text(text)
+            atomic_write(args.json_out, text)
     if not report.passed:
         failed = report.failures
         names = ", ".join(f"{r.name} ({r.message})" for r in failed[:3])

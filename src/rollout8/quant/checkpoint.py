@@ -26,16 +26,64 @@ class TensorInfo:
     file: Path
 
 
+# bytes per element of each safetensors dtype, to check a tensor's byte range against its shape
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+               "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+
+
 def read_header(path: Path) -> dict:
-    """The JSON header of one .safetensors file (without the __metadata__ entry)."""
+    """The JSON header of one .safetensors file (without the __metadata__ entry), checked against the file.
+
+    The header's length field is bounded by the file's size before anything is read (a lying length of 10^12
+    must not become a 1 TB read), and every tensor's byte range must lie in the file and match its shape."""
     try:
+        size = path.stat().st_size
         with open(path, "rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(length))
-    except (OSError, struct.error, json.JSONDecodeError) as exc:
-        raise ModelError(f"{path}: not a readable safetensors file ({exc})") from exc
+            head = fh.read(8)
+            if len(head) < 8:
+                raise ModelError(f"{path}: {size} bytes, too short for a safetensors file: truncated or not one; "
+                                 "copy the checkpoint again")
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8:
+                raise ModelError(f"{path}: its header claims {length} bytes but the file has {size}: truncated or "
+                                 "not a safetensors file; copy the checkpoint again")
+            header = json.loads(fh.read(length).decode("utf-8"))
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: its header is not valid JSON ({exc}): not a safetensors file") from exc
+    if not isinstance(header, dict):
+        raise ModelError(f"{path}: its header is not a JSON object: not a safetensors file")
     header.pop("__metadata__", None)
+    data = size - 8 - length
+    for name, meta in header.items():
+        try:
+            dtype, shape, (begin, end) = meta["dtype"], [int(d) for d in meta["shape"]], meta["data_offsets"]
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ModelError(f"{path}: tensor {name!r} has a malformed header entry: not a safetensors file") from exc
+        if not (0 <= begin <= end <= data):
+            raise ModelError(f"{path}: tensor {name!r} lies at bytes {begin}-{end} of a {data}-byte data section: "
+                             "the file is truncated; copy the checkpoint again")
+        count = 1
+        for dim in shape:
+            count *= dim
+        if dtype in DTYPE_BYTES and count * DTYPE_BYTES[dtype] != end - begin:
+            raise ModelError(f"{path}: tensor {name!r} ({dtype} {shape}) needs {count * DTYPE_BYTES[dtype]} bytes "
+                             f"but its header gives it {end - begin}: a corrupt header")
     return header
+
+
+def read_json(path: Path, what: str = "JSON file") -> dict:
+    """A JSON object from a model directory's file (config.json, an index, a description), or ModelError."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: not valid JSON ({exc}); copy the model's {what} again") from exc
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: not a JSON object; copy the model's {what} again")
+    return data
 
 
 class Checkpoint:
@@ -55,8 +103,16 @@ class Checkpoint:
     def _shards(self) -> list[Path]:
         index = self.dir / INDEX_FILE
         if index.is_file():
-            weight_map = json.loads(index.read_text())["weight_map"]
-            return [self.dir / f for f in sorted(set(weight_map.values()))]
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+                files = sorted(set(weight_map.values()))
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+                raise ModelError(f"{index}: not a safetensors index (JSON with a weight_map): {exc}") from exc
+            missing = [f for f in files if not (self.dir / f).is_file()]
+            if missing:
+                raise ModelError(f"{index}: names shard(s) that are missing: {', '.join(missing[:3])}; copy the "
+                                 "whole checkpoint")
+            return [self.dir / f for f in files]
         single = self.dir / SINGLE_FILE
         if single.is_file():
             return [single]
@@ -70,7 +126,7 @@ class Checkpoint:
         path = self.dir / "config.json"
         if not path.is_file():
             raise ModelError(f"{self.dir}: config.json is missing")
-        return json.loads(path.read_text())
+        return read_json(path, "config.json")
 
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
@@ -101,3 +157,13 @@ class Checkpoint:
             with safe_open(str(shard), framework="pt") as fh:
                 for name in shard_names:
                     yield name, fh.get_tensor(name)
+
+
+def require_kind(directory: str | Path, int8: bool, flag: str) -> None:
+    """Refuse a model directory of the other kind: `int8` wants int8 weights, otherwise none (flag names it)."""
+    tensors = Checkpoint(directory).tensors
+    count = sum(1 for n, t in tensors.items() if t.dtype == "I8" and n.endswith(".weight"))
+    if int8 and not count:
+        raise ModelError(f"{flag} {directory}: holds no int8 weights: give the W8A8 (int8) model here")
+    if not int8 and count:
+        raise ModelError(f"{flag} {directory}: a quantized model ({count} int8 weights): give the bf16 model here")

@@ -210,7 +210,7 @@ def convert_to_ascend(int8_dir: str | Path, out_dir: str | Path, *, round_scales
     linear_like = _linear_like_prefixes(ckpt.names())
     check_fused_consistency(set(quantized), linear_like | set(quantized), where)
 
-    with staged_dir(out, prefix=f".{out.name}.partial-") as tmp:
+    with staged_dir(out) as tmp:
         shards = sorted({i.file for i in ckpt.tensors.values()})
         weight_map: dict[str, str] = {}
         total = 0

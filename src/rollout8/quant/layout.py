@@ -21,14 +21,13 @@ module prefix, e.g. ``model.layers.0.self_attn.q_proj``) the int8 weight [out, i
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, read_json
 
 COMPRESSED_TENSORS = "compressed-tensors"
 ASCEND = "ascend"
@@ -71,7 +70,7 @@ def detect_layout(directory: str | Path) -> str:
     config_path = d / "config.json"
     if not config_path.is_file():
         raise ModelError(f"{d}: config.json is missing (not a model directory?)")
-    qc = _quantization_config(json.loads(config_path.read_text()))
+    qc = _quantization_config(read_json(config_path, "config.json"))
     if qc is None:
         raise ModelError(f"{d}: not an int8 model: config.json has no quantization_config and there is no "
                          f"{ASCEND_DESCRIPTION_FILE} (give the W8A8 checkpoint, not the bf16 one)")
@@ -151,7 +150,7 @@ class QuantizedModel:
             check_compressed_tensors_scheme(_quantization_config(self.config), where)
             prefixes = self._ct_linears()
         else:
-            self.description = json.loads((self.dir / ASCEND_DESCRIPTION_FILE).read_text())
+            self.description = read_json(self.dir / ASCEND_DESCRIPTION_FILE, ASCEND_DESCRIPTION_FILE)
             prefixes = self._ascend_linears()
         self.linears: dict[str, QuantLinear] = {}
         for prefix in prefixes:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 from ..errors import ModelError
@@ -33,6 +34,9 @@ from .layout import open_quantized
 QUANTIZED_LOAD_DTYPE = "float16"
 UNSUPPORTED_MARKERS = ("experts", "shared_expert", "q_norm", "k_norm")
 
+
+# What an existing `-o` file must be to be replaced without --force: torch.save's zip container.
+PROFILE_KIND = ("a FlashRL profile", zipfile.is_zipfile)
 
 def _layer_names(i: int) -> dict[str, str]:
     p = f"model.layers.{i}."

@@ -391,7 +391,7 @@ def make_pair(out_dir: str | Path, preset: str = "tiny", seed: int = 0, progress
     if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp and pair.bf16.is_dir() \
             and pair.int8.is_dir():
         return pair
-    with staged_dir(out, prefix=".testmodel-") as tmp:
+    with staged_dir(out) as tmp:
         build(tmp / "bf16", tmp / "int8", shape, seed, progress=progress)
         (tmp / "testmodel.json").write_text(json.dumps(stamp, indent=2) + "\n")
     return pair

@@ -94,8 +94,11 @@ def _load_profile(path: str | Path) -> dict:
 
 
 def verify(bf16_dir: str | Path, int8_dir: str | Path, profile_path: str | Path,
-           max_lsb: int = DEFAULT_MAX_LSB, progress=None) -> Report:
-    """Compare FlashRL's online quantization of the bf16 weights (with the profile) against the int8 checkpoint."""
+           max_lsb: int = DEFAULT_MAX_LSB, progress=None, sample: int | None = None) -> Report:
+    """Compare FlashRL's online quantization of the bf16 weights (with the profile) against the int8 checkpoint.
+
+    sample: check only this many int8 entries, spread over the model (seconds on any size: `rollout8 check`
+    uses it to refuse a profile of another checkpoint); the coverage check is then left out."""
     import torch
 
     profile = _load_profile(profile_path)
@@ -105,6 +108,10 @@ def verify(bf16_dir: str | Path, int8_dir: str | Path, profile_path: str | Path,
     report = Report(str(bf16_dir), str(int8_dir), str(profile_path), max_lsb)
     covered = set()
     names = list(profile)
+    if sample is not None:
+        int8_names = [n for n in names if profile[n]["type"] == torch.int8]
+        step = max(1, len(int8_names) // max(sample, 1))
+        names = int8_names[::step][:sample]
     for k, name in enumerate(names):
         entry = profile[name]
         if name not in bf16 or name not in int8:
@@ -140,7 +147,7 @@ def verify(bf16_dir: str | Path, int8_dir: str | Path, profile_path: str | Path,
         del weight, target, online
         if progress:
             progress(k + 1, len(names))
-    for prefix in qmodel.linears:
+    for prefix in qmodel.linears if sample is None else ():
         if prefix not in covered and prefix + ".weight" not in profile:
             report.rows.append(Row(prefix + ".weight", "missing", False,
                                    message="int8 linear not in the profile: FlashRL would not requantize it"))

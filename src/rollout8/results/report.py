@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Rollout8Error
+from ..fileutil import staged_files
 from .verl_logs import RunLog, load_run, mode_from_config, read_manifest
 
 VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>[^/]+)/mean@(?P<n>\d+)$")
@@ -407,7 +408,6 @@ def build(run_paths: list[Path], out: Path, labels: list[str] | None = None, mod
         baseline = matches[0]
     else:
         baseline = next((r for r in runs if r.mode == "bf16"), runs[0])
-    out.mkdir(parents=True, exist_ok=True)
     notes = [f"{r.label}: {n}" for r in runs for n in r.notes]
     for run in runs:
         if run.mode is None:
@@ -415,12 +415,15 @@ def build(run_paths: list[Path], out: Path, labels: list[str] | None = None, mod
                          "found); pass --mode")
     rows, summary_notes = summarize(runs, baseline, skip_first)
     notes += summary_notes
-    pictures = figures(runs, out, notes)
-    page = render_html(title, runs, rows, notes, pictures, skip_first)
-    (out / "report.html").write_text(page, encoding="utf-8")
-    summary = {"title": title, "baseline": baseline.label, "skip_first": skip_first, "runs": rows, "notes": notes,
-               "pictures": [p.name for _, p in pictures]}
-    (out / "summary.json").write_text(json.dumps(_nan_to_none(summary), indent=2), encoding="utf-8")
+    # Everything is written beside OUT first and moved in only once complete (report.html last): a failure
+    # half-way leaves OUT as it was, never PNGs without their page.
+    with staged_files(out) as stage:
+        pictures = figures(runs, stage, notes)
+        page = render_html(title, runs, rows, notes, pictures, skip_first)
+        summary = {"title": title, "baseline": baseline.label, "skip_first": skip_first, "runs": rows,
+                   "notes": notes, "pictures": [p.name for _, p in pictures]}
+        (stage / "summary.json").write_text(json.dumps(_nan_to_none(summary), indent=2), encoding="utf-8")
+        (stage / "report.html").write_text(page, encoding="utf-8")
     return summary
 
 

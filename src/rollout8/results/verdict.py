@@ -29,7 +29,10 @@ from ..errors import Rollout8Error
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RAY_PREFIX = re.compile(r"^\((?P<actor>[A-Za-z_][\w.:-]*)?\s*pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[0-9A-Fa-f.:]+))?\)\s?")
 REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
-WORKER_FILE = re.compile(r"^(?:python-core-)?worker-[0-9a-f]+-(?:[0-9a-f]+|ffffffff)-(?P<pid>\d+)\.(?:out|err|log)$")
+WORKER_FILE = re.compile(r"^(?:python-core-)?worker-[0-9a-f]+-(?P<job>[0-9a-f]+)-(?P<pid>\d+)\.(?:out|err|log)$")
+NO_JOB = "ffffffff"  # a worker Ray started ahead of any job
+SESSION_DIR = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
+COMPRESSED = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 ACTOR_MARKER = re.compile(r"^:actor_name:(?P<actor>\S+)")
 
 RANK_CONFIG = re.compile(r"rank (?P<rank>\d+) flash_rl config: (?P<key>[\w]+): (?P<value>.*)$")
@@ -164,6 +167,9 @@ class Scan:
     processes: dict[tuple, Process] = field(default_factory=dict)
     unattributed_syncs: int = 0
     files: int = 0
+    runs: list[str] = field(default_factory=list)  # every (session, Ray job) found, oldest first
+    judged: str | None = None  # the one judged, when there were several
+    compressed: list[str] = field(default_factory=list)  # files that could not be read as text
 
     def get(self, key: tuple, **init) -> Process:
         if key not in self.processes:
@@ -171,9 +177,58 @@ class Scan:
         return self.processes[key]
 
 
-def scan(directory: Path) -> Scan:
+def _session(path: Path) -> str:
+    return next((part for part in reversed(path.parts[:-1]) if SESSION_DIR.match(part)), "")
+
+
+def _run_label(session: str, job: str) -> str:
+    return f"Ray job {job}" + (f" of {session}" if session else "")
+
+
+def _pick_run(files: list[Path], job: str | None, result: Scan) -> list[Path]:
+    """Keep the files of one run (a Ray job in a Ray session): the newest, or the one `job` names. Files of no
+    job (drivers' output, plain logs) stay, except those of another session than the judged run's."""
+    runs: dict[tuple[str, str], float] = {}
+    for path in files:
+        match = WORKER_FILE.match(path.name)
+        if match and match["job"] != NO_JOB:
+            key = (_session(path), match["job"])
+            runs[key] = max(runs.get(key, 0.0), path.stat().st_mtime)
+    ordered = sorted(runs, key=lambda k: (k[0], runs[k]))
+    result.runs = [_run_label(*k) for k in ordered]
+    if job is not None:
+        chosen = [k for k in ordered if job in (k[1], k[0]) or k[1].startswith(job.lower())]
+        if not chosen:
+            raise Rollout8Error(f"--job {job}: no such Ray job in these logs (found: "
+                                f"{', '.join(result.runs) or 'none'})")
+        key = chosen[-1]
+    elif len(ordered) > 1:
+        key = ordered[-1]
+    else:
+        return files
+    result.judged = _run_label(*key)
+
+    def keep(path: Path) -> bool:
+        match = WORKER_FILE.match(path.name)
+        if match and match["job"] != NO_JOB:
+            return (_session(path), match["job"]) == key
+        return not _session(path) or _session(path) == key[0]
+
+    return [p for p in files if keep(p)]
+
+
+def scan(directory: Path, job: str | None = None) -> Scan:
     result = Scan()
     files = sorted(p for p in directory.rglob("*") if p.is_file()) if directory.is_dir() else [directory]
+    readable = []
+    for path in files:
+        if path.name.endswith(COMPRESSED):
+            unpacked = path.with_name(path.name.split(".", 1)[0])
+            if not unpacked.is_dir():  # an archive whose content sits beside it (the verify play's) is read there
+                result.compressed.append(str(path))
+            continue
+        readable.append(path)
+    files = _pick_run(readable, job, result)
     worker_files = [p for p in files if WORKER_FILE.match(p.name)]
     worker_pids = set()
     for path in worker_files:
@@ -226,10 +281,19 @@ def verdict(result: Scan) -> dict:
     rollout = [p for p in result.processes.values() if p.is_rollout]
     rollout.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.source, p.pid or 0))
     statuses = [p.status for p in rollout]
-    ok = bool(rollout) and all(s in OK_STATUSES for s in statuses) and "patched" in statuses
+    ok = bool(rollout) and all(s in OK_STATUSES for s in statuses) and "patched" in statuses \
+        and not result.compressed
     ranks = [p.to_dict() for p in rollout]
+    by_rank: dict[int, list[int]] = {}
+    for p in rollout:
+        if p.rank is not None:
+            by_rank.setdefault(p.rank, []).append(p.pid or 0)
     return {
         "ok": ok,
+        "runs": result.runs,
+        "judged": result.judged,
+        "compressed": result.compressed,
+        "duplicate_ranks": {rank: pids for rank, pids in sorted(by_rank.items()) if len(pids) > 1},
         "files": result.files,
         "rollout_ranks": len(rollout),
         "patched": sum(s == "patched" for s in statuses),

@@ -5,13 +5,16 @@ names the field and the fix. Errors make the exit code 1; warnings and notes do 
   [rollout-mode]     int8/hybrid need actor_rollout_ref.rollout.mode=sync (FlashRL hooks only vllm.LLM)
   [flashrl-paths]    FlashRL paths absolute; local artifacts present; FLASHRL_CONFIG owned by render
   [verl-key]         every verl override exists at the verl pin (nearest key suggested)
+  [verl-value]       every verl value has its key's type at the pin (no 'lots' for a number) and range
   [verl-quant]       no verl/vLLM rollout quantization or fp8 kv cache on top of FlashRL
   [moe]              no int8 for mixture-of-experts models (FlashRL's profile covers dense layers only)
   [layout]           the int8 layout matches the model dir, and loads on the accelerator
   [tp]               rollout TP x PP (x DP) divides the NPUs per node
   [batch]            batch sizes divide the way verl asserts they do
   [hybrid-mix]       every hybrid entry is used by some DP rollout worker
-  [profile]          the profile matches the int8 model (layers, names, shapes)
+  [models]           config.json readable; bf16 unquantized; int8 really int8, a scale per weight; shards whole
+  [profile]          the profile matches the int8 model (layers, names, shapes, finite non-zero scales, a sampled
+                     verify-quant against the bf16 weights)
   [owned-key]        verl keys that the spec's own fields set are not overridden differently
   [env]              VLLM_USE_V1=1 for FlashRL; FLASHRL_LMHEAD_FP32=1 on NPU (warning)
   [resume]           with cluster.shared_dir, trainer.save_freq saves checkpoints to resume from (warning)
@@ -148,6 +151,9 @@ def check_verl_keys(c: _Collector, spec: RunSpec, r: Rendered) -> None:
     hydra = verl_keys.hydra_problems(user, config_dir) if config_dir and user else {}
     for override in user:
         field = f"verl.{override.raw_key}"
+        value = verl_keys.value_problem(override)
+        if value:
+            c.error("verl-value", field, value)
         problem = verl_keys.key_problem(override)
         if override.key in verl_keys.REMOVED_KEYS:
             c.error("verl-key", field, problem[1])
@@ -225,7 +231,10 @@ def check_layout(c: _Collector, spec: RunSpec) -> None:
     from .flashrl_config import detect_layout
 
     if spec.model.int8.is_dir():
-        found = detect_layout(spec.model.int8)
+        try:
+            found = detect_layout(spec.model.int8)
+        except ModelError:
+            found = spec.model.layout  # what is wrong with the directory: check_models says it
         if found != spec.model.layout:
             c.error("layout", "model.layout", f"is {spec.model.layout} but {spec.model.int8} is in the {found} "
                     f"layout; set model.layout: {found}")
@@ -363,13 +372,66 @@ def _sample(names: set[str]) -> str:
     return ", ".join(items[:3]) + (f", ... ({len(items)} in all)" if len(items) > 3 else "")
 
 
+def check_models(c: _Collector, spec: RunSpec) -> None:
+    """The model directories are what their fields say: a readable config.json; the bf16 model holds no int8
+    weights (the int8 directory given as model.bf16 would train on int8 codes); the int8 model holds int8 weights,
+    each with its weight_scale; every shard's size agrees with its header (a truncated copy fails here, not on
+    the nodes)."""
+    from ..quant.checkpoint import Checkpoint
+
+    wanted = [("model.bf16", spec.model.bf16, "bf16")]
+    if spec.flashrl and spec.model.int8 is not None:
+        wanted.append(("model.int8", spec.model.int8, "int8"))
+    for field, path, kind in wanted:
+        if path is None or not path.is_dir():
+            continue  # reported by check_paths, or not on this machine
+        config = path / "config.json"
+        if not config.is_file():
+            c.error("models", field, f"{path}: no config.json: not a Hugging Face model directory (copy it whole)")
+            continue
+        try:
+            parsed = json.loads(config.read_text(encoding="utf-8"))
+            assert isinstance(parsed, dict)
+        except (UnicodeDecodeError, json.JSONDecodeError, AssertionError):
+            c.error("models", field, f"{config}: not a JSON object; copy the model's config.json again")
+            continue
+        try:
+            ckpt = Checkpoint(path)
+        except ModelError as exc:
+            c.error("models", field, str(exc))
+            continue
+        int8 = {n for n, t in ckpt.tensors.items() if t.dtype == "I8"}
+        if kind == "bf16" and (int8 or "quantization_config" in parsed):
+            c.error("models", field, f"{path} is a quantized model ({len(int8)} int8 tensors"
+                    f"{', quantization_config in config.json' if 'quantization_config' in parsed else ''}): "
+                    "model.bf16 must be the unquantized weights the trainer updates")
+        if kind == "int8":
+            weights = {n for n in int8 if n.endswith(".weight")}
+            if not weights:
+                c.error("models", field, f"{path} holds no int8 weights: not a W8A8 model (the bf16 directory "
+                        "given as model.int8?)")
+                continue
+            unscaled = sorted(n for n in weights if n[: -len(".weight")] + ".weight_scale" not in ckpt.tensors)
+            if unscaled:
+                c.error("models", field, f"{len(unscaled)} int8 weight(s) have no weight_scale, e.g. {unscaled[0]}: "
+                        "the checkpoint is incomplete; convert or copy it again")
+
+
+# int8 entries a sampled verify-quant checks (spread over the model): a profile of another checkpoint fails
+PROFILE_SAMPLE = 4
+
+
 def check_profile(c: _Collector, spec: RunSpec) -> None:
     if not spec.flashrl or spec.model.int8 is None:
         return
     profile_path = spec.model.profile_path
+    field = "model.profile"
+    if profile_path and profile_path.is_dir():
+        c.error("profile", field, f"{profile_path} is a directory; model.profile is the profile file "
+                "(`rollout8 profile -o FILE.pt`)")
+        return
     if not (profile_path and profile_path.is_file() and spec.model.int8.is_dir()):
         return  # reported by check_paths, or not on this machine
-    field = "model.profile"
     try:
         import torch
     except ImportError:
@@ -423,6 +485,26 @@ def check_profile(c: _Collector, spec: RunSpec) -> None:
     if bad_shape:
         c.error("profile", field, f"{len(bad_shape)} entr(ies) have scales whose shapes do not fit the model: "
                 + "; ".join(bad_shape[:3]) + remake)
+    bad_scale = sorted(name for name, entry in profile.items() for key in ("input_scale", "output_scale")
+                       if torch.is_tensor(entry[key]) and entry[key].is_floating_point()
+                       and not bool((torch.isfinite(entry[key]) & (entry[key] != 0)).all()))
+    if bad_scale:
+        c.error("profile", field, f"{len(bad_scale)} entr(ies) have NaN, infinite or zero scales, e.g. "
+                f"{bad_scale[0]}: FlashRL would write garbage weights at every sync{remake}")
+    if missing or extra or wrong_type or bad_shape or bad_scale or not spec.model.bf16.is_dir():
+        return
+    from ..quant.verify import verify
+
+    try:
+        report = verify(spec.model.bf16, spec.model.int8, profile_path, sample=PROFILE_SAMPLE)
+    except ModelError as exc:
+        c.error("profile", field, str(exc))
+        return
+    if not report.passed:
+        worst = report.failures[0]
+        c.error("profile", field, f"a sampled verify-quant fails ({len(report.failures)} of {len(report.rows)} "
+                f"entries, e.g. {worst.name}: {worst.message}): the profile, the bf16 model and the int8 model are "
+                f"not of one checkpoint; re-run `rollout8 profile -m {spec.model.bf16} -q {spec.model.int8}`")
 
 
 def rules() -> str:
@@ -450,5 +532,6 @@ def run_checks(spec: RunSpec) -> list[Finding]:
     check_hybrid(c, spec, parallel)
     check_env(c, spec, rendered)
     check_resume(c, spec, rendered)
+    check_models(c, spec)
     check_profile(c, spec)
     return c.findings

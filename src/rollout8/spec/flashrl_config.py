@@ -25,6 +25,17 @@ BASE_ENTRY = {"distributed_executor_backend": "external_launcher", "load_format"
 ASCEND_DESCRIPTION = "quant_model_description.json"
 
 
+
+def _is_flashrl_config(path: Path) -> bool:
+    if path.stat().st_size > 1_000_000:
+        return False
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return isinstance(data, dict) and isinstance(data.get("configs"), list)
+
+
+# What an existing `-o` file must be to be replaced without --force.
+CONFIG_KIND = ("a FlashRL config", _is_flashrl_config)
+
 def detect_layout(model_dir: Path) -> str:
     """compressed-tensors (HF W8A8) or ascend (vllm-ascend W8A8_DYNAMIC, has quant_model_description.json)."""
     return "ascend" if (Path(model_dir) / ASCEND_DESCRIPTION).is_file() else "compressed-tensors"

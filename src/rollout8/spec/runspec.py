@@ -34,6 +34,18 @@ PORT_RANGE_PATTERN = r"^\d{1,5}-\d{1,5}$"
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: Any, info) -> Any:
+        """pydantic turns `nnodes: true` into 1 and `0.5` into a float field's 0.5 alike: a YAML boolean where a
+        number belongs is a typo (or a misplaced line), never meant."""
+        if isinstance(value, bool) and info.field_name in cls.model_fields:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = set(get_args(annotation)) | {annotation}
+            if kinds & {int, float} and bool not in kinds:
+                raise ValueError(f"{str(value).lower()} is a boolean; this field takes a number")
+        return value
+
 
 class ModelSpec(_Strict):
     """The policy model: bf16 weights for the trainer, the int8 twin and profile for FlashRL rollouts."""
@@ -319,15 +331,55 @@ def parse_spec(raw: Any, base: Path, source: str = "<spec>") -> RunSpec:
         raise SpecError(format_validation_error(exc, source)) from None
 
 
+# A run spec is a page of YAML; anything much larger is the wrong file (and would take minutes to parse).
+MAX_SPEC_BYTES = 1_000_000
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last, silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml_strict(path: Path, what: str = "file"):
+    """Parse a YAML file that a user wrote: size-bounded, UTF-8, no duplicate keys; SpecError in one line."""
+    size = path.stat().st_size
+    if size > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: {size} bytes, far more than a {what} (at most {MAX_SPEC_BYTES}); wrong file?")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}: {where}not valid YAML: {problem}") from None
+
+
 def load_spec(path: str | Path) -> RunSpec:
     """Load and validate a run spec; SpecError lists one line per bad field."""
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: is a directory; give the run spec's YAML file (configs/runs/*.yaml)")
     if not path.is_file():
         raise SpecError(f"{path}: run spec not found")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML ({exc})") from None
+    raw = load_yaml_strict(path, what="run spec")
     spec = parse_spec(raw, path.resolve().parent, str(path))
     return spec.model_copy(update={"source": path.resolve()})
 

@@ -185,6 +185,47 @@ def key_problem(override: Override) -> tuple[str, str] | None:
                        + (f"; did you mean {hint}?" if hint else ""))
 
 
+# Types of keys whose default at the pin is null (the default says nothing), and value ranges verl does not check
+# itself before hours of setup (an engine that fails to start, a trainer that never stops).
+NULL_DEFAULT_TYPES = {"trainer.total_training_steps": int, "trainer.total_epochs": int}
+RANGES = {
+    "actor_rollout_ref.rollout.gpu_memory_utilization": (0.0, 1.0, "a fraction of device memory, in (0, 1]"),
+    "actor_rollout_ref.rollout.temperature": (0.0, None, "0 or more"),
+    "actor_rollout_ref.rollout.top_p": (0.0, 1.0, "in (0, 1]"),
+}
+_TYPE_NAMES = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string",
+               list: "a list", dict: "a mapping"}
+
+
+def _kind(value: Any) -> type | None:
+    for kind in (bool, int, float, str, list, dict):
+        if isinstance(value, kind):
+            return kind
+    return None
+
+
+def value_problem(override: Override) -> str | None:
+    """Why this value cannot be right for the key at the pin (its default's type, the key's range), else None.
+    Hydra would coerce a string like 'lots' only to fail in the middle of the run, or turn 30 into a fraction."""
+    if override.op == "~" or not (override.key in key_table() or override.key in NULL_DEFAULT_TYPES):
+        return None
+    value = override.value
+    reference = default(override.key)
+    want = NULL_DEFAULT_TYPES.get(override.key) or (_kind(reference) if reference is not None else None)
+    got = _kind(value)
+    if value is None or want is None or isinstance(value, str) and value.startswith("${"):  # null, interpolation
+        return None
+    ok = got is want or (want is float and got is int) or (want is str and got in (int, float))
+    if not ok:
+        shown = json.dumps(value) if got in (bool, int, float, str) else f"a {type(value).__name__}"
+        return f"{shown} is not {_TYPE_NAMES[want]} (verl's default here is {json.dumps(reference)})"
+    if override.key in RANGES and got in (int, float):
+        low, high, meaning = RANGES[override.key]
+        if value < low or (high is not None and value > high) or (low == 0.0 and value == 0 and high is not None):
+            return f"{value} is out of range: {meaning}"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- hydra
 def installed_config_dir() -> Path | None:
     """verl's trainer config directory if verl is installed (found without importing verl)."""

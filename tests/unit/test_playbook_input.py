@@ -1,0 +1,85 @@
+"""Bad input to the playbooks is refused on the controller, naming it, before any node is touched.
+
+Runs the real ansible-playbook (from .venv) on train.yml with an inventory of hosts that do not exist
+(192.0.2.0/24, TEST-NET-1): a run that got past the controller's checks would fail to reach them, so "no node
+was touched" is visible in the output (no fact gathering, no preflight task).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = REPO / "ansible"
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+pytestmark = pytest.mark.skipif(not PLAYBOOK.exists(), reason="ansible-playbook is not in this venv (make venv)")
+
+INVENTORY = """[head]
+node-a ansible_host=192.0.2.10
+[workers]
+node-b ansible_host=192.0.2.11
+[cluster:children]
+head
+workers
+"""
+
+
+def play(tmp_path: Path, *args: str, inventory: str | None = INVENTORY, group_vars: str = "") -> tuple[int, str]:
+    inv = tmp_path / "inventory" / "hosts.ini"
+    if inventory is not None:
+        inv.parent.mkdir(parents=True, exist_ok=True)
+        inv.write_text(inventory)
+        if group_vars:
+            (inv.parent / "group_vars").mkdir(exist_ok=True)
+            (inv.parent / "group_vars" / "all.yml").write_text(group_vars)
+    env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(PLAYBOOK), "-i", str(inv), "train.yml", "-e", f"rollout8_run_spec={tmp_path}/run.yaml",
+                           "-e", f"rollout8_work_dir={tmp_path}/work", *args], cwd=ANSIBLE, env=env,
+                          capture_output=True, text=True, timeout=300)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    return proc.returncode, out
+
+
+def assert_refused_before_any_node(rc: int, out: str, *expected: str) -> None:
+    assert rc != 0, out[-3000:]
+    for text in expected:
+        assert text in out, out[-3000:]
+    assert "Gathering Facts" not in out and "TASK [preflight" not in out, out[-3000:]
+
+
+def test_missing_inventory_fails_the_run(tmp_path):
+    rc, out = play(tmp_path, inventory=None)
+    assert rc != 0, out[-2000:]
+    assert str(tmp_path / "inventory" / "hosts.ini") in out
+
+
+def test_inventory_that_does_not_parse_fails_the_run(tmp_path):
+    rc, out = play(tmp_path, inventory="[head\nnode-a ansible_host=192.0.2.10\n[workers]\n")
+    assert rc != 0, out[-2000:]
+    assert "hosts.ini" in out
+    assert "PLAY RECAP" not in out
+
+
+@pytest.mark.parametrize("extra,expected", [
+    (("-e", "rollout8_ray_port=abc"), 'rollout8_ray_port="abc" is not a TCP port (1-65535)'),
+    (("-e", "rollout8_ray_dashboard_port=70000"), 'rollout8_ray_dashboard_port="70000" is not a TCP port'),
+    (("-e", "rollout8_preflight_min_disk_gb=lots"), 'rollout8_preflight_min_disk_gb="lots" is not a number'),
+    (("-e", "rollout8_preflight_skip=disk"), 'rollout8_preflight_skip="disk" is not a list'),
+    (("-e", '{"rollout8_preflight_skip": ["dsik"]}'), "rollout8_preflight_skip names dsik, not a preflight check"),
+    (("-e", "rollout8_verify_follow=maybe"), 'rollout8_verify_follow="maybe" is not true or false'),
+    (("-e", "rollout8_job_start_timeout_s=0"), 'rollout8_job_start_timeout_s="0" is not an integer, 1 or more'),
+], ids=["port-word", "port-range", "disk-gb-word", "skip-string", "skip-unknown", "bool-word", "timeout-zero"])
+def test_variable_of_the_wrong_type_is_refused_naming_it(tmp_path, extra, expected):
+    rc, out = play(tmp_path, *extra)
+    assert_refused_before_any_node(rc, out, expected, "Nothing was changed")
+
+
+def test_wrong_type_in_group_vars_is_refused_too(tmp_path):
+    rc, out = play(tmp_path, group_vars="rollout8_ray_num_cpus: -2\n")
+    assert_refused_before_any_node(rc, out, 'rollout8_ray_num_cpus="-2" is not an integer, 0 or more')
