@@ -5,7 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 bash scripts/ensure-docker.sh || echo ">> no Docker engine: Docker-marked tests will be skipped with a reason"
-"$PY" -m pytest tests "$@"
+"$PY" -m pytest tests --durations=25 "$@"
 rc=$?
 if [ "$rc" = 5 ]; then echo "run-tests: pytest collected no tests: failing" >&2; exit 1; fi
 # The engine tier (a real vLLM engine) runs in its own venv, a multi-GB cached build: always in CI,

@@ -1,4 +1,4 @@
-"""A real cluster's lifecycle on the simulated one, with the real verl job (int8 rollouts, 9 steps):
+"""The main job's lifecycle on the simulated cluster, with the real verl job (int8 rollouts, 9 steps):
 
 1. train.yml returns while the job runs (its first training step logged), saying how to follow it;
 2. `--tags verify` in a new controller process shows where the job stands (step N of 9, reward, step time) and the
@@ -8,11 +8,15 @@
 4. train.yml again resubmits the job, verl resumes from the latest checkpoint on cluster.shared_dir and trains
    only the remaining steps: no step is trained twice, and the final verdict counts one int8 sync per step trained.
 
+The resumed job is then the main job's proof in the collected logs of every node: FlashRL's patch fired on every
+rank and quantized once per step, every sync re-quantized the actor's new weights (the CPU sync diagnostic), and
+every CPU bridge was loaded (each train.yml run is the real thing: converge, the rendered launch.sh as a Ray job,
+every node's Ray logs collected, `rollout8 logs --steps N` and `rollout8 report` in the verify play).
+
 The spec is the tests' spec with cluster.shared_dir (one host directory every simulated node mounts at the same
 path, simcluster.SHARED_DIR), trainer.save_freq 1, and a reward that takes half a second per response, so a step
 lasts long enough (about 13 s) for a controller process to see the job running.
 """
-
 from __future__ import annotations
 
 import json
@@ -30,6 +34,7 @@ from conftest import Cluster, one_line
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
 STEPS = 9
+NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 WORKER = "rollout8-sim-w2"
 TIMEOUT = 1800
 SLOW_REWARD = '''"""Test reward: the share of digits in the response, half a second per response (~10 s a step)."""
@@ -79,7 +84,9 @@ def jobs_in(output: str) -> list[str]:
     return re.findall(r"rollout8-tiny-cpu-lifecycle-\w+-verl-\d{14}", output)
 
 
-def test_returns_while_running_verify_follows_a_stopped_worker_is_named_and_the_rerun_resumes(sim_cluster):
+@pytest.fixture(scope="module")
+def lifecycle(sim_cluster) -> dict:
+    """Steps 1-4, each asserted as it happens; returns the resumed job's collected logs and steps."""
     spec = lifecycle_spec(sim_cluster)
     shared = simcluster.SHARED_HOST / "tiny-cpu-lifecycle"
     shutil.rmtree(shared, ignore_errors=True)  # no checkpoint of an earlier session: this job starts at step 1
@@ -131,6 +138,55 @@ def test_returns_while_running_verify_follows_a_stopped_worker_is_named_and_the_
     assert re.search(rf"3 rollout rank\(s\): 3 int8-patched.*; {3 * (STEPS - killed_at)} quantized sync", text), \
         text[-4000:]
     assert "verdict: int8 rollouts confirmed" in text
+    return {"job": sim_cluster.work / "logs" / resumed, "steps": STEPS - killed_at, "killed_at": killed_at}
+
+
+def test_returns_while_running_verify_follows_a_stopped_worker_is_named_and_the_rerun_resumes(lifecycle):
+    assert lifecycle["steps"] >= 1 and (lifecycle["job"] / "driver.log").is_file()
+
+
+def worker_logs(job: Path) -> dict[str, str]:
+    """host -> the text of its Ray worker logs (stderr and stdout of every worker process)."""
+    out = {}
+    for host in NODES:
+        files = sorted((job / host / "logs").glob("worker-*"))
+        out[host] = "\n".join(f.read_text(errors="replace") for f in files)
+    return out
+
+
+def test_the_resumed_job_wrote_its_report(lifecycle):
+    assert (lifecycle["job"] / "report" / "report.html").is_file()
+
+
+def test_collected_logs_show_the_patch_firing_on_every_rank_once_per_step(lifecycle):
+    for host, text in worker_logs(lifecycle["job"]).items():
+        assert "flash_rl config detected" in text, host
+        assert re.search(r"rank \d+ flash_rl config: fn: int8", text), host
+        assert "Successfully patched the load_weights function of vllm" in text, host
+        count = text.count("flash_rl quantization is called")
+        assert count == lifecycle["steps"], (host, count, lifecycle["steps"])
+        assert "Torch not compiled with CUDA enabled" not in text, host
+
+
+def test_every_sync_requantizes_the_actors_new_weights(lifecycle):
+    """The CPU diagnostic, at each sync of each rank: engine int8 == online quantization of the actor's weights
+    within 1 LSB, and different from the previous sync's (the policy moved)."""
+    for host, text in worker_logs(lifecycle["job"]).items():
+        checks = re.findall(r"sync-check sync=(\d+) (OK|FAIL): .* max (\d+) LSB .*?; (first sync|(\d+) of \d+ entries "
+                            r"changed since the last sync)", text)
+        assert [c[0] for c in checks] == [str(i) for i in range(1, lifecycle["steps"] + 1)], (host, checks)
+        assert all(c[1] == "OK" and int(c[2]) <= 1 for c in checks), (host, checks)
+        assert all(int(c[4]) > 0 for c in checks[1:]), (host, checks)
+
+
+def test_every_cpu_bridge_is_loaded_in_the_workers(lifecycle):
+    bridges = ("ray_bundles", "gloo_backend+collectives", "fsdp_module_states", "torch_cpu_device", "vllm_triton",
+               "vllm_int8_ops", "vllm_cpu_threads", "vllm_sleep_mode", "verl_worker_config")
+    text = "\n".join(worker_logs(lifecycle["job"]).values())
+    for name in bridges:
+        assert f"rollout8_cpu_bridges: applied {name} " in text, name
+
+
 
 
 def test_preflight_refuses_a_shared_dir_that_is_not_shared(sim_cluster):

@@ -7,7 +7,8 @@ import re
 import subprocess
 
 import pytest
-from conftest import Cluster, Run
+import simcluster
+from conftest import Cluster, Run, one_line
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
@@ -48,6 +49,27 @@ def test_second_run_changes_nothing(sim_cluster: Cluster, converged: Run):
     assert not changed, f"not idempotent: {changed}\n" + "\n".join(
         line for line in again.output.splitlines() if line.startswith("changed:"))
     assert re.search(r"already\s+SUCCEEDED\s+for\s+this\s+plan", again.output)
+
+
+def test_same_shape_profile_of_another_checkpoint_is_refused_before_any_node(sim_cluster: Cluster, tmp_path):
+    """A profile of another checkpoint with the same shapes (rollouts would run on wrong weights): the plan's check
+    runs a sampled verify-quant against the bf16 weights on the controller and refuses it; no node is touched."""
+    import yaml
+
+    cli = str(simcluster.REPO / ".venv" / "bin" / "rollout8")
+    spec = yaml.safe_load(sim_cluster.spec.read_text())
+    other = tmp_path / "other"
+    subprocess.run([cli, "make-test-model", "--preset", simcluster.MODEL_PRESET, "--seed", "7", "-o", str(other)],
+                   capture_output=True, check=True, timeout=600)
+    subprocess.run([cli, "profile", "-m", str(other / "bf16"), "-q", str(other / "int8"), "--quiet", "-o",
+                    str(other / "profile.pt")], capture_output=True, check=True, timeout=600)
+    spec["model"]["profile"] = str(other / "profile.pt")
+    path = sim_cluster.spec.parent / "foreign-profile.yaml"  # beside the spec: its relative paths still resolve
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    run = sim_cluster.playbook(spec=path, timeout=600)
+    text = one_line(run.output)
+    assert run.rc != 0 and "model.profile" in text and "a sampled verify-quant fails" in text, text[-3000:]
+    assert "Gathering Facts" not in run.output and "TASK [preflight" not in run.output
 
 
 def test_corrupted_profile_is_detected_and_replaced(sim_cluster: Cluster, converged: Run):

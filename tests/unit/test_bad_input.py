@@ -369,3 +369,21 @@ def test_setup_refuses_a_bf16_model_for_an_int8_config(pristine, tmp_path, capsy
     err = capsys.readouterr().err
     assert rc != 0 and f"-m {w / 'bf16'}" in err and "no int8 weights" in err, err
     assert not (w / "f.yaml").exists()
+
+
+def test_make_test_model_refuses_to_replace_a_directory_it_did_not_write(tmp_path, capsys):
+    mine = tmp_path / "models"
+    mine.mkdir()
+    (mine / "my-weights.safetensors").write_bytes(b"precious")
+    assert main(["make-test-model", "-o", str(mine)]) != 0
+    assert "was not written by make-test-model" in capsys.readouterr().err
+    assert (mine / "my-weights.safetensors").read_bytes() == b"precious"
+
+
+def test_render_refuses_to_write_into_a_model_directory(pristine, tmp_path, capsys):
+    w = tmp_path / "w"
+    shutil.copytree(pristine, w)
+    before = snapshot(w)
+    assert main(["render", str(w / "spec.yaml"), "-o", str(w / "int8" / "rendered")]) != 0
+    assert "lies inside the input directory model.int8" in capsys.readouterr().err
+    assert snapshot(w) == before

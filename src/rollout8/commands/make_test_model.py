@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from ..fileutil import OutputError, check_output
 from ..quant.testmodels import PRESETS, ModelShape, make_pair, resolve_shape
 
 
@@ -29,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, help="directory; bf16/ and int8/ are written inside it")
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model shape (default: tiny)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an -o directory that make-test-model did not write")
     parser.add_argument("--set", dest="overrides", action="append", type=_parse_override, default=[],
                         metavar="FIELD=VALUE",
                         help="override a shape field, e.g. --set num_hidden_layers=4 (repeatable); fields: "
@@ -36,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    out = check_output(args.output, directory=True)
+    if out.is_dir() and any(out.iterdir()) and not (out / "testmodel.json").is_file() and not args.force:
+        raise OutputError(f"-o {args.output}: exists and was not written by make-test-model (it replaces the whole "
+                          "directory): name another path, or pass --force")
     overrides = dict(args.overrides)
     shape = resolve_shape(args.preset, overrides)
     print(f"building {args.preset} ({shape.num_parameters() / 1e6:.1f}M parameters, "

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from ..fileutil import check_output
 from ..spec.plan import PLAN_FILE, build_plan
 
 
@@ -20,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.output, directory=True, inputs={"(the spec)": args.spec})
     plan = build_plan(args.spec, args.output, args.node_cli, check=not args.no_check)
     print(json.dumps({"plan": str(args.output / PLAN_FILE), "job_id": plan.job_id,
                       "copies": len(plan.copies), "files": len(plan.sha256)}))

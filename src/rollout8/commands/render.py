@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..fileutil import check_output
 from ..spec.render import render, write_outputs
 from ..spec.runspec import load_spec
 
@@ -27,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
             for finding in errors:
                 print(finding.line())
             raise CheckFailed(f"{args.spec}: {len(errors)} error(s); fix them or pass --no-check")
+    check_output(args.output, directory=True, inputs={"(the spec)": args.spec, "model.bf16": spec.model.bf16,
+                                                      "model.int8": spec.model.int8})
     rendered = render(spec)
     written = write_outputs(rendered, Path(args.output))
     for name in written:
