@@ -83,3 +83,48 @@ def test_variable_of_the_wrong_type_is_refused_naming_it(tmp_path, extra, expect
 def test_wrong_type_in_group_vars_is_refused_too(tmp_path):
     rc, out = play(tmp_path, group_vars="rollout8_ray_num_cpus: -2\n")
     assert_refused_before_any_node(rc, out, 'rollout8_ray_num_cpus="-2" is not an integer, 0 or more')
+
+
+def test_artifacts_that_fail_the_full_verify_quant_are_refused_before_any_node(model_pair, tmp_path):
+    """A profile with one entry off (not among the layers `rollout8 check` samples): the plan's full verify-quant
+    on the controller refuses it, naming the tensor, and nothing reaches a node; once fixed, the passing report is
+    kept (keyed by the artifacts' checksums) and the next run does not verify again."""
+    import shutil
+
+    import torch
+    import yaml
+
+    from rollout8.quant.profile import write_profile
+
+    shutil.copytree(model_pair.bf16, tmp_path / "bf16")
+    shutil.copytree(model_pair.int8, tmp_path / "int8")
+    write_profile(tmp_path / "bf16", tmp_path / "int8", tmp_path / "profile.pt")
+    profile = torch.load(tmp_path / "profile.pt", weights_only=True)
+    int8 = [n for n, e in profile.items() if e["type"] == torch.int8]
+    victim = int8[1]  # the sample takes int8[0], then every len//4-th entry
+    profile[victim]["input_scale"] = profile[victim]["input_scale"] * 3
+    torch.save(profile, tmp_path / "profile.pt")
+    (tmp_path / "data").mkdir()
+    for name in ("train", "val"):
+        (tmp_path / "data" / f"{name}.parquet").write_bytes(b"PAR1")
+    spec = {"name": "t", "model": {"bf16": "bf16", "int8": "int8", "profile": "profile.pt"},
+            "rollout": {"quantization": "int8"}, "cluster": {"nnodes": 2, "npus_per_node": 1, "accelerator": "cpu"},
+            "data": {"train": "data/train.parquet", "val": "data/val.parquet"},
+            "verl": {"data.train_batch_size": 2, "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1, "actor_rollout_ref.rollout.n": 2,
+                     "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(spec))
+    rc, out = play(tmp_path, "-e", "rollout8_job_kind=smoke")
+    assert_refused_before_any_node(rc, out, "rollout8 verify-quant refuses the artifacts", victim,
+                                   "nothing was copied to any node")
+    assert not list((tmp_path / "work").rglob("verify-quant-*.json")), "a failed verification was cached"
+
+
+    write_profile(tmp_path / "bf16", tmp_path / "int8", tmp_path / "profile.pt")  # fixed
+    task = "TASK [plan : Verify every int8 weight against the bf16 weights and the profile (once per set of artifacts)]"
+    for expected in ("changed:", "ok:"):  # verified, then found cached
+        # (the controller's plays pass; then the nodes, which do not exist, are unreachable)
+        _, out = play(tmp_path, "-e", "rollout8_job_kind=smoke", "--tags", "never")
+        assert "verify-quant refuses" not in out and "TASK [plan : The plan fits the inventory] *" in out, out[-3000:]
+        assert out.split(task, 1)[1].split("TASK [", 1)[0].lstrip("* ").startswith(expected), out[-3000:]
+    assert len(list((tmp_path / "work").rglob("verify-quant-*.json"))) == 1
