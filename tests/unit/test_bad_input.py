@@ -387,3 +387,22 @@ def test_render_refuses_to_write_into_a_model_directory(pristine, tmp_path, caps
     assert main(["render", str(w / "spec.yaml"), "-o", str(w / "int8" / "rendered")]) != 0
     assert "lies inside the input directory model.int8" in capsys.readouterr().err
     assert snapshot(w) == before
+
+
+def test_report_that_fails_half_way_leaves_no_pictures_without_their_page(tmp_path, monkeypatch, capsys):
+    """The pictures are drawn, then the page fails (NaN metrics once did this): OUT stays as it was."""
+    from rollout8.results import report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("".join(f"step:{i} - critic/score/mean:nan - timing_s/step:{1 + i / 10}\n"
+                                           for i in range(1, 5)))
+
+    def broken(*args, **kwargs):
+        raise ValueError("cannot format nan")
+
+    monkeypatch.setattr(report, "render_html", broken)
+    out = tmp_path / "rep"
+    assert main(["report", str(run), "--mode", "int8", "-o", str(out)]) != 0
+    assert "cannot format nan" in capsys.readouterr().err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
