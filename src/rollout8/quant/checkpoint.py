@@ -47,13 +47,10 @@ def read_header(path: Path) -> dict:
             if length > size - 8:
                 raise ModelError(f"{path}: its header claims {length} bytes but the file has {size}: truncated or "
                                  "not a safetensors file; copy the checkpoint again")
-            header = json.loads(fh.read(length).decode("utf-8"))
+            raw = fh.read(length)
     except OSError as exc:
         raise ModelError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{path}: its header is not valid JSON ({exc}): not a safetensors file") from exc
-    if not isinstance(header, dict):
-        raise ModelError(f"{path}: its header is not a JSON object: not a safetensors file")
+    header = _json_object(raw, path, "its header is not a JSON object: not a safetensors file")
     header.pop("__metadata__", None)
     data = size - 8 - length
     for name, meta in header.items():
@@ -73,17 +70,24 @@ def read_header(path: Path) -> dict:
     return header
 
 
+def _json_object(raw: bytes, path: Path, problem: str) -> dict:
+    """raw as a JSON object, or ModelError naming path and the problem (problem also for invalid JSON)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: {problem} ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: {problem}")
+    return data
+
+
 def read_json(path: Path, what: str = "JSON file") -> dict:
     """A JSON object from a model directory's file (config.json, an index, a description), or ModelError."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ModelError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{path}: not valid JSON ({exc}); copy the model's {what} again") from exc
-    if not isinstance(data, dict):
-        raise ModelError(f"{path}: not a JSON object; copy the model's {what} again")
-    return data
+    return _json_object(raw, path, f"not a JSON object; copy the model's {what} again")
 
 
 class Checkpoint:
