@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -201,22 +202,33 @@ def test_a_crashed_run_beside_an_older_good_one_is_judged_alone(emitted, tmp_pat
                 job="02000000")
     assert main(["logs", str(tmp_path)]) != 0
     out = capsys.readouterr().out
-    assert "judging Ray job 02000000 of session_2026-12-01_09-00-00_000000_1 (the newest); also in" in out
-    assert "Ray job 01000000 of session_2026-11-30_12-00-00_000000_1 (pick one with --job)" in out
+    assert "judging session_2026-12-01_09-00-00_000000_1 (the newest); also in" in out
+    assert "session_2026-11-30_12-00-00_000000_1 (pick one with --job)" in out
     assert "pid 101" not in out and "verdict: NOT confirmed" in out
-    rc, report = run_logs(tmp_path, capsys, "--job", "01000000")
+    rc, report = run_logs(tmp_path, capsys, "--job", "session_2026-11-30_12-00-00_000000_1")
     assert rc == 0 and report["ok"] and [r["pid"] for r in report["ranks"]] == [101]
-    assert main(["logs", str(tmp_path), "--job", "0badc0de"]) != 0
-    assert "--job 0badc0de: no such Ray job" in capsys.readouterr().err
+    assert main(["logs", str(tmp_path), "--job", "session_1999"]) != 0
+    assert "--job session_1999: no such run" in capsys.readouterr().err
 
 
-def test_two_jobs_of_one_session_are_told_apart(emitted, tmp_path, capsys):
-    ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank3.log")})
-    ray_session(tmp_path, {102: ("WorkerDict", emitted / "rank0.log")}, job="02000000")
-    newest = tmp_path / "session_2026-11-30_12-00-00_000000_1" / "logs" / f"worker-{102:056x}-02000000-102.err"
-    os.utime(newest, (newest.stat().st_mtime + 60,) * 2)
+def test_jobs_collected_side_by_side_are_told_apart(emitted, tmp_path, capsys):
+    """The verify play's layout, logs/<job>/driver.log + <host>/logs/worker-*, for two jobs: the latest written is
+    judged. Within one job, Ray's several job ids (the supervisor's, the driver's) are one run."""
+    for job, pid, source, age in (("rollout8-t-verl-1", 101, "rank3.log", 60),
+                                  ("rollout8-t-verl-2", 102, "rank0.log", 0)):
+        host = tmp_path / job / "node-a" / "logs"
+        host.mkdir(parents=True)
+        (tmp_path / job / "driver.log").write_text("step:1 - x:1\n")
+        for ray_job in ("02000000", "03000000"):  # the job supervisor's and the driver's
+            stem = host / f"worker-{pid:056x}-{ray_job}-{pid + int(ray_job[1])}"
+            stem.with_suffix(".err").write_text(":actor_name:WorkerDict\n" + (emitted / source).read_text()
+                                                if ray_job == "03000000" else ":actor_name:JobSupervisor\n")
+            os.utime(stem.with_suffix(".err"), (time.time() - age,) * 2)
     rc, report = run_logs(tmp_path, capsys)
-    assert rc == 0 and report["judged"].startswith("Ray job 02000000") and len(report["runs"]) == 2
+    assert rc == 0 and report["judged"] == "rollout8-t-verl-2" and report["runs"] == ["rollout8-t-verl-1",
+                                                                                     "rollout8-t-verl-2"]
+    rc, report = run_logs(tmp_path / "rollout8-t-verl-2", capsys)
+    assert rc == 0 and report["judged"] is None and len(report["ranks"]) == 1
 
 
 def test_duplicate_ranks_and_compressed_logs_are_reported(emitted, tmp_path, capsys):

@@ -14,8 +14,8 @@ from . import count
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", help="a Ray session dir, a directory of collected logs, or one log file")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    parser.add_argument("--job", metavar="ID", help="with logs of several Ray jobs or sessions: judge this one (its "
-                        "Ray job id, e.g. 02000000, or its session_... directory name); default: the newest")
+    parser.add_argument("--job", metavar="RUN", help="with the logs of several runs (Ray sessions, or jobs collected "
+                        "by the verify play): judge this one, by its directory name; default: the newest")
     parser.add_argument("--min-syncs", type=count, default=0,
                         help="also require at least this many quantized syncs on every int8 rank")
     parser.add_argument("--steps", type=count, default=None,
@@ -29,6 +29,8 @@ def _host_dir(root: Path, source: str) -> str:
         parts = Path(source).relative_to(root).parts
     except ValueError:
         return ""
+    if len(parts) > 1 and (root / parts[0] / "driver.log").is_file():  # ROOT holds several jobs' logs
+        parts = parts[1:]
     return f" in {parts[0]}" if "logs" in parts[1:-1] else ""
 
 

@@ -29,8 +29,7 @@ from ..errors import Rollout8Error
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RAY_PREFIX = re.compile(r"^\((?P<actor>[A-Za-z_][\w.:-]*)?\s*pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[0-9A-Fa-f.:]+))?\)\s?")
 REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
-WORKER_FILE = re.compile(r"^(?:python-core-)?worker-[0-9a-f]+-(?P<job>[0-9a-f]+)-(?P<pid>\d+)\.(?:out|err|log)$")
-NO_JOB = "ffffffff"  # a worker Ray started ahead of any job
+WORKER_FILE = re.compile(r"^(?:python-core-)?worker-[0-9a-f]+-(?:[0-9a-f]+|ffffffff)-(?P<pid>\d+)\.(?:out|err|log)$")
 SESSION_DIR = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 COMPRESSED = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 ACTOR_MARKER = re.compile(r"^:actor_name:(?P<actor>\S+)")
@@ -167,7 +166,7 @@ class Scan:
     processes: dict[tuple, Process] = field(default_factory=dict)
     unattributed_syncs: int = 0
     files: int = 0
-    runs: list[str] = field(default_factory=list)  # every (session, Ray job) found, oldest first
+    runs: list[str] = field(default_factory=list)  # every run found (session or collected job dir), oldest first
     judged: str | None = None  # the one judged, when there were several
     compressed: list[str] = field(default_factory=list)  # files that could not be read as text
 
@@ -177,44 +176,43 @@ class Scan:
         return self.processes[key]
 
 
-def _session(path: Path) -> str:
-    return next((part for part in reversed(path.parts[:-1]) if SESSION_DIR.match(part)), "")
+def _run_of(path: Path, top: Path) -> str:
+    """The run a file belongs to, when `top` holds several side by side: its first directory below top, if that
+    is a Ray session (session_*, as in Ray's temp dir) or a job's collected logs (holding driver.log: the verify
+    play's logs/<job>/); "" otherwise. Below that level nothing is split: one run's nodes have sessions of their
+    own names, and one submission holds several Ray job ids (its supervisor's, its driver's)."""
+    try:
+        first = path.relative_to(top).parts[0]
+    except (ValueError, IndexError):
+        return ""
+    if first == path.name or first == "session_latest":
+        return ""
+    if SESSION_DIR.match(first) or (top / first / "driver.log").is_file():
+        return first
+    return ""
 
 
-def _run_label(session: str, job: str) -> str:
-    return f"Ray job {job}" + (f" of {session}" if session else "")
-
-
-def _pick_run(files: list[Path], job: str | None, result: Scan) -> list[Path]:
-    """Keep the files of one run (a Ray job in a Ray session): the newest, or the one `job` names. Files of no
-    job (drivers' output, plain logs) stay, except those of another session than the judged run's."""
-    runs: dict[tuple[str, str], float] = {}
+def _pick_run(files: list[Path], top: Path, run: str | None, result: Scan) -> list[Path]:
+    """Keep the files of one run: the newest (a later session, else the latest written), or the one `run` names
+    (its directory name). Files outside any run (plain logs beside them) stay."""
+    runs: dict[str, float] = {}
     for path in files:
-        match = WORKER_FILE.match(path.name)
-        if match and match["job"] != NO_JOB:
-            key = (_session(path), match["job"])
+        key = _run_of(path, top)
+        if key and WORKER_FILE.match(path.name):
             runs[key] = max(runs.get(key, 0.0), path.stat().st_mtime)
-    ordered = sorted(runs, key=lambda k: (k[0], runs[k]))
-    result.runs = [_run_label(*k) for k in ordered]
-    if job is not None:
-        chosen = [k for k in ordered if job in (k[1], k[0]) or k[1].startswith(job.lower())]
+    ordered = sorted(runs, key=lambda k: (k if SESSION_DIR.match(k) else "", runs[k]))
+    result.runs = ordered
+    if run is not None:
+        chosen = [k for k in ordered if run == k or run in k]
         if not chosen:
-            raise Rollout8Error(f"--job {job}: no such Ray job in these logs (found: "
-                                f"{', '.join(result.runs) or 'none'})")
+            raise Rollout8Error(f"--job {run}: no such run in these logs (found: {', '.join(ordered) or 'none'})")
         key = chosen[-1]
     elif len(ordered) > 1:
         key = ordered[-1]
     else:
         return files
-    result.judged = _run_label(*key)
-
-    def keep(path: Path) -> bool:
-        match = WORKER_FILE.match(path.name)
-        if match and match["job"] != NO_JOB:
-            return (_session(path), match["job"]) == key
-        return not _session(path) or _session(path) == key[0]
-
-    return [p for p in files if keep(p)]
+    result.judged = key
+    return [p for p in files if _run_of(p, top) in (key, "")]
 
 
 def scan(directory: Path, job: str | None = None) -> Scan:
@@ -228,7 +226,7 @@ def scan(directory: Path, job: str | None = None) -> Scan:
                 result.compressed.append(str(path))
             continue
         readable.append(path)
-    files = _pick_run(readable, job, result)
+    files = _pick_run(readable, directory, job, result) if directory.is_dir() else readable
     worker_files = [p for p in files if WORKER_FILE.match(p.name)]
     worker_pids = set()
     for path in worker_files:
