@@ -89,19 +89,13 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"rollout8 {name}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"rollout8 {name}: interrupted; nothing half-written was left", file=sys.stderr)
-        return 130
-    except Terminated:
-        print(f"rollout8 {name}: terminated; nothing half-written was left", file=sys.stderr)
-        return 143
+    except (KeyboardInterrupt, Terminated):
+        return _stopped(name)
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # the error edge: one line, never a traceback (unless --debug)
         if _received:  # a signal raised inside a library that wrapped it in its own exception
-            what = "terminated" if signal.SIGTERM in _received else "interrupted"
-            print(f"rollout8 {name}: {what}; nothing half-written was left", file=sys.stderr)
-            return 143 if signal.SIGTERM in _received else 130
+            return _stopped(name)
         if debug:
             traceback.print_exc()
         print(f"rollout8 {name}: error: {describe(exc)}", file=sys.stderr)
@@ -121,6 +115,14 @@ _received: set[int] = set()
 def _on_signal(signum, frame) -> None:
     _received.add(signum)
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _stopped(name: str) -> int:
+    """The line and exit code of a command stopped by SIGTERM (143) or ^C (130), its cleanups done."""
+    terminated = signal.SIGTERM in _received
+    print(f"rollout8 {name}: {'terminated' if terminated else 'interrupted'}; nothing half-written was left",
+          file=sys.stderr)
+    return 143 if terminated else 130
 
 
 # errno -> what to do about it

@@ -8,10 +8,10 @@
   stays in place until the new one is complete: it is renamed aside, the new one renamed in, and only then removed.
   A failure anywhere before the swap leaves the old directory exactly as it was;
 - `check_output(path, inputs=..., kind=..., force=...)`: refuse an output path before any work starts (a directory,
-  one of the inputs or a path inside an input directory, an unwritable parent, an existing file of another kind),
-  and remove what a killed earlier run left beside it.
+  one of the inputs or a path inside an input directory, an unwritable parent, an existing file of another kind).
 
-Temporaries are named `.<target name>.<pid>.<random>` beside their target: one whose process is gone is stale.
+Temporaries are named `.<target name>.<pid>.<random>` beside their target: one whose process is gone is stale,
+and the next write of that target removes it.
 """
 
 from __future__ import annotations
@@ -86,12 +86,17 @@ def _publish(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _stage(out: Path) -> Path:
+    """A new empty temporary directory beside OUT (its parent created), after removing a killed run's."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(out)
+    return Path(tempfile.mkdtemp(prefix=_tmp_prefix(out), suffix=".partial", dir=out.parent))
+
+
 @contextmanager
 def staged_dir(out: Path) -> Iterator[Path]:
     """Yield an empty temporary directory beside OUT; on normal exit it replaces OUT (world-readable)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(out)
-    tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(out), suffix=".partial", dir=out.parent))
+    tmp = _stage(out)
     try:
         yield tmp
         for path in [tmp, *tmp.rglob("*")]:
@@ -107,9 +112,7 @@ def staged_files(out: Path, last: str = "report.html") -> Iterator[Path]:
     """Yield a temporary directory beside OUT; on normal exit its files are moved into OUT (created if needed),
     `last` last; files of OUT that the stage does not hold stay. On failure OUT is untouched."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(out)
-    tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(out), suffix=".partial", dir=out.parent))
+    tmp = _stage(out)
     try:
         yield tmp
         out.mkdir(exist_ok=True)
@@ -196,7 +199,6 @@ def check_output(path: str | Path, *, inputs: dict[str, str | Path] | None = Non
         if not _safe_test(test, out):
             raise OutputError(f"{shown}: exists and is not {name}; it would be replaced: name another path, or "
                               "pass --force to replace it")
-    remove_stale(out)
     return out
 
 

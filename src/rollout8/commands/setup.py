@@ -63,10 +63,9 @@ def run(args: argparse.Namespace) -> int:
         config = build_config(args.fn, int8_model=model, profile=profile, bf16_model=bf16,
                               mix=_parse_mix(args.mix), layout=layout)
         tp, world = args.tp or 1, args.world_size
-    inputs = {"--spec": args.spec, "-m": getattr(args, "model", None), "-p": getattr(args, "profile", None),
-              "-b": getattr(args, "bf16_model", None)}
+    inputs = {"--spec": args.spec, "-m": args.model, "-p": args.profile, "-b": args.bf16_model}
     for entry in config.get("configs", []):  # what the config points at is an input too (the profile, the models)
-        for key in ("profile", "model", "int8_model", "bf16_model"):
+        for key in ("profile", "model"):
             if isinstance(entry.get(key), str):
                 inputs.setdefault(f"the config's {key}", entry[key])
     check_output(args.output, inputs=inputs, kind=CONFIG_KIND, force=args.force)

@@ -132,6 +132,10 @@ class Checkpoint:
             raise ModelError(f"{self.dir}: config.json is missing")
         return read_json(path, "config.json")
 
+    def int8_weights(self) -> set[str]:
+        """Names of the int8 linear weights (`*.weight` stored as I8): empty for an unquantized model."""
+        return {n for n, t in self.tensors.items() if t.dtype == "I8" and n.endswith(".weight")}
+
     def __contains__(self, name: str) -> bool:
         return name in self.tensors
 
@@ -165,8 +169,7 @@ class Checkpoint:
 
 def require_kind(directory: str | Path, int8: bool, flag: str) -> None:
     """Refuse a model directory of the other kind: `int8` wants int8 weights, otherwise none (flag names it)."""
-    tensors = Checkpoint(directory).tensors
-    count = sum(1 for n, t in tensors.items() if t.dtype == "I8" and n.endswith(".weight"))
+    count = len(Checkpoint(directory).int8_weights())
     if int8 and not count:
         raise ModelError(f"{flag} {directory}: holds no int8 weights: give the W8A8 (int8) model here")
     if not int8 and count:

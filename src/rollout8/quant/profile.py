@@ -38,6 +38,7 @@ UNSUPPORTED_MARKERS = ("experts", "shared_expert", "q_norm", "k_norm")
 # What an existing `-o` file must be to be replaced without --force: torch.save's zip container.
 PROFILE_KIND = ("a FlashRL profile", zipfile.is_zipfile)
 
+
 def _layer_names(i: int) -> dict[str, str]:
     p = f"model.layers.{i}."
     names = {norm: p + norm + ".weight" for norm in quantmath.NORMS}

@@ -195,9 +195,9 @@ def _run_of(path: Path, top: Path) -> str:
 def _pick_run(files: list[Path], top: Path, run: str | None, result: Scan) -> list[Path]:
     """Keep the files of one run: the newest (a later session, else the latest written), or the one `run` names
     (its directory name). Files outside any run (plain logs beside them) stay."""
+    run_of = {path: _run_of(path, top) for path in files}
     runs: dict[str, float] = {}
-    for path in files:
-        key = _run_of(path, top)
+    for path, key in run_of.items():
         if key and WORKER_FILE.match(path.name):
             runs[key] = max(runs.get(key, 0.0), path.stat().st_mtime)
     ordered = sorted(runs, key=lambda k: (k if SESSION_DIR.match(k) else "", runs[k]))
@@ -212,7 +212,7 @@ def _pick_run(files: list[Path], top: Path, run: str | None, result: Scan) -> li
     else:
         return files
     result.judged = key
-    return [p for p in files if _run_of(p, top) in (key, "")]
+    return [p for p in files if run_of[p] in (key, "")]
 
 
 def scan(directory: Path, job: str | None = None) -> Scan:

@@ -377,7 +377,7 @@ def check_models(c: _Collector, spec: RunSpec) -> None:
     weights (the int8 directory given as model.bf16 would train on int8 codes); the int8 model holds int8 weights,
     each with its weight_scale; every shard's size agrees with its header (a truncated copy fails here, not on
     the nodes)."""
-    from ..quant.checkpoint import Checkpoint
+    from ..quant.checkpoint import Checkpoint, read_json
 
     wanted = [("model.bf16", spec.model.bf16, "bf16")]
     if spec.flashrl and spec.model.int8 is not None:
@@ -390,23 +390,18 @@ def check_models(c: _Collector, spec: RunSpec) -> None:
             c.error("models", field, f"{path}: no config.json: not a Hugging Face model directory (copy it whole)")
             continue
         try:
-            parsed = json.loads(config.read_text(encoding="utf-8"))
-            assert isinstance(parsed, dict)
-        except (UnicodeDecodeError, json.JSONDecodeError, AssertionError):
-            c.error("models", field, f"{config}: not a JSON object; copy the model's config.json again")
-            continue
-        try:
+            parsed = read_json(config, "config.json")
             ckpt = Checkpoint(path)
         except ModelError as exc:
             c.error("models", field, str(exc))
             continue
-        int8 = {n for n, t in ckpt.tensors.items() if t.dtype == "I8"}
+        int8 = [n for n, t in ckpt.tensors.items() if t.dtype == "I8"]
         if kind == "bf16" and (int8 or "quantization_config" in parsed):
             c.error("models", field, f"{path} is a quantized model ({len(int8)} int8 tensors"
                     f"{', quantization_config in config.json' if 'quantization_config' in parsed else ''}): "
                     "model.bf16 must be the unquantized weights the trainer updates")
         if kind == "int8":
-            weights = {n for n in int8 if n.endswith(".weight")}
+            weights = ckpt.int8_weights()
             if not weights:
                 c.error("models", field, f"{path} holds no int8 weights: not a W8A8 model (the bf16 directory "
                         "given as model.int8?)")
@@ -454,7 +449,7 @@ def check_profile(c: _Collector, spec: RunSpec) -> None:
         c.error("profile", field, f"{profile_path}: not a FlashRL profile ({{name: {{input_scale, output_scale, "
                 "type}}}}); make it with `rollout8 profile`")
         return
-    quantized = {n for n, t in ckpt.tensors.items() if t.dtype == "I8" and n.endswith(".weight")}
+    quantized = ckpt.int8_weights()
     in_profile_int8 = {n for n, v in profile.items() if v["type"] == torch.int8}
     missing = quantized - in_profile_int8
     extra = set(profile) - set(ckpt.tensors)

@@ -25,7 +25,6 @@ BASE_ENTRY = {"distributed_executor_backend": "external_launcher", "load_format"
 ASCEND_DESCRIPTION = "quant_model_description.json"
 
 
-
 def _is_flashrl_config(path: Path) -> bool:
     if path.stat().st_size > 1_000_000:
         return False
@@ -35,6 +34,7 @@ def _is_flashrl_config(path: Path) -> bool:
 
 # What an existing `-o` file must be to be replaced without --force.
 CONFIG_KIND = ("a FlashRL config", _is_flashrl_config)
+
 
 def detect_layout(model_dir: Path) -> str:
     """compressed-tensors (HF W8A8) or ascend (vllm-ascend W8A8_DYNAMIC, has quant_model_description.json)."""
