@@ -9,8 +9,15 @@ Models (environment variables; all optional):
   ROLLOUT8_ACCEPT_PROFILE                       their FlashRL profile (computed with `rollout8 profile` if unset)
   ROLLOUT8_ACCEPT_PRESET                        without the two above: a generated pair (default bench-0.5b, the
                                                Qwen2.5-0.5B shape with random weights; no hub access)
+  ROLLOUT8_ACCEPT_SYNC_PRESET                   the weight-sync step's generated pair when no model is given
+                                               (default bench-7b, the Qwen2.5-7B shape: ~23 GB on disk)
   ROLLOUT8_ACCEPT_WORK                          where models, configs and engine outputs go
                                                (default ~/.cache/rollout8/accept)
+The other steps' settings (rollout8.node.npu_accept; README "Run the NPU acceptance suite first"):
+  ROLLOUT8_ACCEPT_RAY_ADDRESS                   Ray's job API for the ray-npu step (default RAY_ADDRESS, else
+                                               http://127.0.0.1:8265); no Ray there: the step is skipped
+  ROLLOUT8_ACCEPT_MIN_SYNC_GBPS                 the weight-sync step's floor (default npu_accept.MIN_SYNC_GBPS)
+  ROLLOUT8_ACCEPT_HCCL_MASTER / _RANK / _WORLD  the second node for the hccl step (unset: skipped, saying how)
 Every step's PASS/FAIL line is printed at the end of the run (and written to WORK/acceptance.txt).
 """
 
@@ -82,23 +89,21 @@ def work() -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
-def models(work) -> AcceptModels:
+def prepare_pair(work: Path, *, bf16: str | None, int8: str | None, preset: str, profile: str | None) -> AcceptModels:
+    """The given pair (bf16 + W8A8, converted to the ascend layout if needed), or a generated one of `preset`,
+    with its FlashRL profile."""
     from rollout8.quant.layout import ASCEND, detect_layout
 
-    bf16, int8 = os.environ.get("ROLLOUT8_ACCEPT_BF16"), os.environ.get("ROLLOUT8_ACCEPT_INT8")
     if bool(bf16) != bool(int8):
         pytest.fail("set both ROLLOUT8_ACCEPT_BF16 and ROLLOUT8_ACCEPT_INT8, or neither")
     if not bf16:
-        preset = os.environ.get("ROLLOUT8_ACCEPT_PRESET", "bench-0.5b")
         rollout8_ok("make-test-model", "-o", str(work / f"pair-{preset}"), "--preset", preset)
         bf16, int8 = str(work / f"pair-{preset}" / "bf16"), str(work / f"pair-{preset}" / "int8")
     bf16_dir, int8_dir = Path(bf16).resolve(), Path(int8).resolve()
     if detect_layout(int8_dir) != ASCEND:
-        converted = work / f"{int8_dir.name}-ascend"
+        converted = work / f"{int8_dir.parent.name}-{int8_dir.name}-ascend"
         rollout8_ok("convert", "--to", "ascend", str(int8_dir), str(converted))
         int8_dir = converted
-    profile = os.environ.get("ROLLOUT8_ACCEPT_PROFILE")
     if profile:
         profile_path = Path(profile).resolve()
     else:
@@ -107,6 +112,33 @@ def models(work) -> AcceptModels:
             rollout8_ok("profile", "-m", str(bf16_dir), "-q", str(int8_dir), "-o", str(profile_path), "--quiet")
     layers = json.loads((bf16_dir / "config.json").read_text())["num_hidden_layers"]
     return AcceptModels(bf16_dir, int8_dir, profile_path, layers)
+
+
+@pytest.fixture(scope="session")
+def models(work) -> AcceptModels:
+    return prepare_pair(work, bf16=os.environ.get("ROLLOUT8_ACCEPT_BF16"), int8=os.environ.get("ROLLOUT8_ACCEPT_INT8"),
+                        preset=os.environ.get("ROLLOUT8_ACCEPT_PRESET", "bench-0.5b"),
+                        profile=os.environ.get("ROLLOUT8_ACCEPT_PROFILE"))
+
+
+@pytest.fixture(scope="session")
+def sync_models(work, request) -> AcceptModels:
+    """The weight-sync step's model: the user's pair if given, else a generated 7B-shaped one."""
+    if os.environ.get("ROLLOUT8_ACCEPT_BF16"):
+        return request.getfixturevalue("models")
+    return prepare_pair(work, bf16=os.environ.get("ROLLOUT8_ACCEPT_BF16"), int8=os.environ.get("ROLLOUT8_ACCEPT_INT8"),
+                        preset=os.environ.get("ROLLOUT8_ACCEPT_SYNC_PRESET", "bench-7b"),
+                        profile=os.environ.get("ROLLOUT8_ACCEPT_PROFILE"))
+
+
+@pytest.fixture(scope="session")
+def sync_run(sync_models, work) -> EngineRun:
+    """Two timed syncs (the first pays one-off allocations; the step judges the second)."""
+    config = work / "flashrl-int8-sync.yaml"
+    rollout8_ok("setup", "--fn", "int8", "-m", str(sync_models.int8), "-p", str(sync_models.profile), "-o",
+                str(config))
+    return run_engine(work / "engine-sync", model=sync_models.bf16, flashrl_config=config,
+                      steps=["sync:sync1", "sync:sync2"])
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout8.node.npu_accept import StepResult
+from rollout8.node.npu_accept import STEPS, StepResult
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "virtual" / "engine"))  # engine_platform: one rank's engine environment
@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE.parents[1] / "virtual" / "engine"))  # engine_platfo
 ENGINE_TIMEOUT_S = int(os.environ.get("ROLLOUT8_ENGINE_TIMEOUT", "1800"))
 # The int8 engine's steps: generate, one FlashRL weight update, generate, read the int8 weights back, timing.
 INT8_STEPS = ["generate:gen0", "reload:reload1", "generate:gen1", "dump-int8:int8_after_reload", "speed:speed"]
-STEP_ORDER = ("environment", "loading", "reload", "logs", "speed")
+STEP_ORDER = STEPS
 RESULTS: dict[str, StepResult] = {}  # step -> its PASS/FAIL line, printed at the end of the session
 
 

@@ -7,11 +7,15 @@ Each step's outcome goes to OUT/results.json, rewritten after every step so a cr
 
 Steps: start | generate:<label> | reload:<label> (bf16 checkpoint through the model's load_weights, i.e. one
 FlashRL weight update) | dump-int8:<label> (the engine's int8 weights read back in ND format, to OUT/<label>.pt)
-| speed:<label> (timed greedy generation of `speed_prompts` prompts x `max_tokens` tokens, EOS ignored).
+| speed:<label> (timed greedy generation of `speed_prompts` prompts x `max_tokens` tokens, EOS ignored)
+| sync:<label> (one timed weight sync as verl does it: the bf16 weights already on the device, then FlashRL's
+patched load_weights, with the time spent inside the quant methods' process_weights_after_loading, i.e.
+vllm-ascend's W8A8_DYNAMIC transpose + NZ cast that FlashRL re-runs at every sync, measured on its own).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -38,6 +42,48 @@ def read_back_nd(tensor):
     except ImportError:
         pass
     return tensor.detach().to("cpu").clone(), fmt
+
+
+def synchronize(device) -> None:
+    import torch
+
+    backend = getattr(torch, device.type, None)
+    if backend is not None and hasattr(backend, "synchronize"):
+        backend.synchronize()
+
+
+@contextlib.contextmanager
+def time_post_load(model, device):
+    """While active, the time spent in process_weights_after_loading of every quant method class in the model
+    (device work included) adds up in the yielded dict; the classes are restored afterwards."""
+    total = {"seconds": 0.0, "calls": 0}
+    originals = {}
+    for module in model.modules():
+        cls = type(getattr(module, "quant_method", None))
+        if cls in originals or not hasattr(cls, "process_weights_after_loading"):
+            continue
+        originals[cls] = cls.__dict__.get("process_weights_after_loading")
+        inherited = cls.process_weights_after_loading
+
+        def timed(self, layer, *args, _original=inherited, **kwargs):
+            synchronize(device)
+            start = time.time()
+            try:
+                return _original(self, layer, *args, **kwargs)
+            finally:
+                synchronize(device)
+                total["seconds"] += time.time() - start
+                total["calls"] += 1
+
+        cls.process_weights_after_loading = timed
+    try:
+        yield total
+    finally:
+        for cls, own in originals.items():
+            if own is None:
+                del cls.process_weights_after_loading
+            else:
+                cls.process_weights_after_loading = own
 
 
 def main(spec_path: str) -> int:
@@ -104,6 +150,18 @@ def main(spec_path: str) -> int:
                 seconds = time.time() - start
                 record(label, ok=True, prompts=n, tokens=sum(len(o.outputs[0].token_ids) for o in outs),
                        seconds=seconds)
+            elif kind == "sync":
+                weights = [(n, t.to(device)) for n, t in checkpoint_weights(bf16_dir)]  # as the actor holds them
+                nbytes = sum(t.numel() * t.element_size() for _, t in weights)
+                with time_post_load(model, device) as post:
+                    synchronize(device)
+                    start = time.time()
+                    model.load_weights(iter(weights))
+                    synchronize(device)
+                    seconds = time.time() - start
+                record(label, ok=True, seconds=seconds, bytes=nbytes, parameters=sum(t.numel() for _, t in weights),
+                       post_load_seconds=post["seconds"] if post["calls"] else None, post_load_calls=post["calls"])
+                del weights
             else:
                 raise ValueError(f"unknown step {step!r}")
         except Exception as exc:

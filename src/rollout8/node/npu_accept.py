@@ -9,6 +9,15 @@ Its steps, each one PASS/FAIL line:
                engine equal what verify-quant's arithmetic (rollout8.quantmath) predicts, within 1 LSB
   logs         `rollout8 logs` on FlashRL's log: verdict green
   speed        tokens/s of the int8 engine and of the bf16 engine on the same prompts, side by side
+  cann-pairing torch_npu imports in a fresh process on this CANN (an undefined symbol in libtbe_adapter.so means
+               CANN and torch_npu are not a working pair: Ascend/pytorch #99)
+  ray-npu      torch.npu.is_available() inside a `ray job submit` entrypoint and inside a Ray task that requests
+               `NPU` (Ray 2.46's job supervisor does not set the Ascend no-set flag: ray #59063)
+  weight-sync  one FlashRL weight sync of a 7B-shaped model, in seconds and GB/s, with the share spent in
+               vllm-ascend's post-load transpose/NZ step that FlashRL re-runs at every sync (SkyRL #176)
+  hccl         with two nodes: an HCCL broadcast and all-reduce of a tensor as large as the model's largest
+               weight (verl PR #6834's large-tensor broadcast bug); HCCL error codes mapped to their usual cause
+               (node/hccl_codes.py). Skipped, with how to give the second node, when only one is given.
 Gathering the facts happens on the node (tests/npu); evaluating them happens here, and is tested on CPU.
 
 The weight comparison handles what vllm-ascend's W8A8_DYNAMIC post-load step does to the engine's int8
@@ -25,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
-STEPS = ("environment", "loading", "reload", "logs", "speed")
+STEPS = ("environment", "cann-pairing", "ray-npu", "loading", "reload", "logs", "speed", "weight-sync", "hccl")
 MAX_LSB = 1  # FlashRL's fitted up/down factor moves a few entries by one LSB from the checkpoint (stack-facts)
 
 # vLLM's fused parameters of a Qwen2/Llama decoder layer and the HF weights they are made of, in order.
@@ -62,12 +71,17 @@ def result(step: str, checks: list[tuple[bool, str]]) -> StepResult:
 
 
 def format_report(results: list[StepResult]) -> str:
+    """The step lines and one verdict. A skipped step (e.g. hccl with one node) is named, not counted: the
+    verdict is PASS when every step that ran passed."""
     lines = [r.line() for r in results]
     passed = sum(r.ok for r in results)
     failed = [r.step for r in results if r.status == FAIL]
-    verdict = PASS if results and not failed and passed == len(results) else FAIL
+    skipped = [r.step for r in results if r.status == SKIP]
+    ran = len(results) - len(skipped)
+    verdict = PASS if ran and not failed and passed == ran else FAIL
     tail = f" (failed: {', '.join(failed)})" if failed else ""
-    lines.append(f"acceptance: {verdict} ({passed}/{len(results)} steps passed){tail}")
+    skip = f"; skipped: {', '.join(skipped)}" if skipped else ""
+    lines.append(f"acceptance: {verdict} ({passed}/{ran} steps passed{skip}){tail}")
     return "\n".join(lines)
 
 
@@ -336,6 +350,292 @@ def check_logs(returncode: int, output: str) -> StepResult:
     if returncode == 0:
         return StepResult("logs", PASS, f"rollout8 logs: {last}")
     return StepResult("logs", FAIL, f"rollout8 logs exited {returncode}: {last}")
+
+
+# ------------------------------------------------------------------------------------------------ cann-pairing
+_UNDEFINED = re.compile(r"(?:(\S+\.so[\w.]*):\s*)?undefined symbol:\s*(\S+)")
+_MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
+IMPORT_PROBE = "import json, torch, torch_npu; print(json.dumps({'torch': torch.__version__, " \
+               "'torch_npu': torch_npu.__version__, 'npus': torch.npu.device_count()}))"
+
+
+@dataclass
+class ImportProbe:
+    """`python -c IMPORT_PROBE` in a fresh process, and the versions known without importing torch_npu."""
+
+    returncode: int
+    output: str  # stdout + stderr
+    torch_npu_version: str | None  # the installed distribution's metadata
+    cann_version: str | None  # as the environment step found it
+
+
+def classify_import_failure(output: str) -> tuple[str, str]:
+    """(kind, detail) of a failed `import torch_npu`: undefined-symbol (library, symbol), missing-library, absent,
+    other (the last line)."""
+    m = _UNDEFINED.search(output)
+    if m:
+        lib = Path(m.group(1)).name if m.group(1) else "a CANN library"
+        return "undefined-symbol", f"undefined symbol {m.group(2)} in {lib}"
+    m = _MISSING_LIB.search(output)
+    if m:
+        return "missing-library", f"{m.group(1)} not found"
+    if re.search(r"No module named '?torch_npu", output):
+        return "absent", "torch_npu is not installed in this interpreter"
+    last = next((ln.strip() for ln in reversed(output.strip().splitlines()) if ln.strip()), "(no output)")
+    return "other", last[-300:]
+
+
+def check_cann_pairing(probe: ImportProbe, lock) -> StepResult:
+    """torch_npu loads against this CANN. An undefined symbol is the pairing failure of Ascend/pytorch #99 (torch_npu
+    2.7.1 on CANN 8.3.RC1, in libtbe_adapter.so): the fix is the lock's pair, not a path tweak."""
+    pin_cann, pin_npu = lock.cann.version, lock.pypi.get("torch_npu", "?")
+    pair = f"the lock's pair is CANN {pin_cann} + torch_npu {pin_npu}"
+    found = f"torch_npu {probe.torch_npu_version or '?'} on CANN {probe.cann_version or '(version not found)'}"
+    if probe.returncode == 0:
+        lock_pair = same_release(probe.cann_version, pin_cann) and same_python_release(probe.torch_npu_version, pin_npu)
+        return StepResult("cann-pairing", PASS, f"{found} loads in a fresh process ({pair}"
+                          + ("" if lock_pair else "; this is not it: see the environment step") + ")")
+    kind, detail = classify_import_failure(probe.output)
+    if kind == "undefined-symbol":
+        what = (f"{found} does not load ({detail}): this CANN and this torch_npu are not a working pair (torch_npu "
+                f"2.7.1 on CANN 8.3.RC1 fails so, in libtbe_adapter.so: Ascend/pytorch #99); run the image built from "
+                f"versions.lock.yaml ({pair}), not a CANN upgraded or mounted from the host")
+    elif kind == "missing-library":
+        what = (f"{found} does not load ({detail}): the CANN environment is not sourced in this process; run through "
+                f"/usr/local/bin/rollout8-entrypoint or source ascend-toolkit's and nnal/atb's set_env.sh ({pair})")
+    elif kind == "absent":
+        what = f"{detail}: set ACCEPT_PYTHON to the image's python ({pair})"
+    else:
+        what = f"{found} does not load (exit {probe.returncode}: {detail}) ({pair})"
+    return StepResult("cann-pairing", FAIL, what)
+
+
+# ------------------------------------------------------------------------------------------------ ray-npu
+PROBE_MARK = "ROLLOUT8_NPU_PROBE "
+NOSET = "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"
+
+
+DEFAULT_RAY_JOB_API = "http://127.0.0.1:8265"  # the job API stays on loopback (README: the dashboard has no auth)
+NO_RAY = ("no Ray job API answers at {address}: start Ray on this node first (the playbook's runtime and ray "
+          "roles, or `ray start --head --resources '{{\"NPU\": 8}}'` with " + NOSET + "=1 exported), or name it "
+          "with ROLLOUT8_ACCEPT_RAY_ADDRESS")
+
+
+def ray_job_address(env: dict) -> str:
+    """Where the ray-npu step submits: ROLLOUT8_ACCEPT_RAY_ADDRESS, else RAY_ADDRESS if it is the job API's http
+    address (a bare HOST:PORT names the GCS, which `ray job submit` cannot use), else the loopback job API."""
+    for key in ("ROLLOUT8_ACCEPT_RAY_ADDRESS", "RAY_ADDRESS"):
+        value = env.get(key, "").strip()
+        if value.startswith(("http://", "https://")):
+            return value
+        if value and key == "ROLLOUT8_ACCEPT_RAY_ADDRESS":
+            return f"http://{value}"
+    return DEFAULT_RAY_JOB_API
+
+
+def parse_probes(text: str) -> dict[str, dict]:
+    """The probe lines a Ray job printed (`ROLLOUT8_NPU_PROBE {json}`, anywhere in a line: Ray prefixes worker
+    output), keyed by their `where` (entrypoint, task). A line that does not parse is skipped."""
+    import json
+
+    found: dict[str, dict] = {}
+    for line in text.splitlines():
+        _, mark, rest = line.partition(PROBE_MARK)
+        if not mark:
+            continue
+        try:
+            probe = json.loads(rest.strip())
+        except ValueError:
+            continue
+        if isinstance(probe, dict) and "where" in probe:
+            found[probe["where"]] = probe
+    return found
+
+
+def _seen(probe: dict) -> str:
+    vis = probe.get("visible")
+    return (f"is_available {probe.get('available')}, {probe.get('count')} NPU(s), ASCEND_RT_VISIBLE_DEVICES="
+            f"{'(unset)' if vis is None else repr(vis)}, {NOSET}={probe.get('noset') or '(unset)'}")
+
+
+def check_ray_npu(*, returncode: int | None, output: str, skip: str | None = None) -> StepResult:
+    """The entrypoint of `ray job submit` and a task with resources={"NPU": 1} both see NPUs, and Ray's workers
+    carry the no-set flag (verl chooses devices itself; without the flag Ray renumbers ASCEND_RT_VISIBLE_DEVICES)."""
+    if skip:
+        return StepResult("ray-npu", SKIP, skip)
+    probes = parse_probes(output)
+    last = next((ln.strip() for ln in reversed(output.strip().splitlines()) if ln.strip()), "(no output)")
+    if not probes:
+        return StepResult("ray-npu", FAIL, f"the Ray job printed no probe line (ray job submit exited {returncode}: "
+                                           f"{last[-300:]}): is Ray's job API reachable at the address given?")
+    checks: list[tuple[bool, str]] = []
+    entry = probes.get("entrypoint")
+    if entry is None:
+        checks.append((False, "the entrypoint printed no probe"))
+    else:
+        ok = bool(entry.get("available")) and (entry.get("count") or 0) >= 1
+        checks.append((ok, f"job entrypoint: {_seen(entry)}" if ok else
+                       f"the job entrypoint sees no NPU ({_seen(entry)}"
+                       + (f"; {entry['error']}" if entry.get("error") else "")
+                       + f"): Ray 2.46's job supervisor hides Ascend devices unless {NOSET}=1 (ray #59063); export it "
+                         f"before `ray start` on every node (the ray role does) and restart Ray"))
+    task = probes.get("task")
+    if task is None:
+        checks.append((False, "the NPU task printed no probe (the entrypoint failed before it)"))
+    elif task.get("error"):
+        checks.append((False, f"a Ray task with resources={{'NPU': 1}} did not run ({task['error']}): "
+                              f"`ray status` must show NPU resources; start each node with "
+                              f"--resources '{{\"NPU\": 8}}'"))
+    else:
+        sees = bool(task.get("available")) and (task.get("count") or 0) >= 1
+        flag = bool(task.get("noset"))  # Ray tests it for truth: any non-empty value (accelerators/npu.py)
+        checks.append((sees and flag, f"NPU task: {_seen(task)}" if sees and flag else
+                       f"the NPU task {'sees no NPU' if not sees else f'runs without {NOSET}'} ({_seen(task)}): "
+                       f"export {NOSET}=1 (and the NPU resource) before `ray start` on every node, then restart Ray"))
+    return result("ray-npu", checks)
+
+
+# ------------------------------------------------------------------------------------------------ weight-sync
+# Below 0.5 GB/s a 7B sync (15 GB of bf16) takes > 30 s. For scale: verl #7060 reports 4-6 s per sync for 7B on
+# H100 (~3 GB/s); SkyRL #176's INT8 sync of a 32B model (65 GB) took 140 s (~0.47 GB/s), the case to catch.
+MIN_SYNC_GBPS = 0.5
+POST_LOAD_DOMINANT = 0.5  # share of a sync spent in process_weights_after_loading that names it as the cost
+
+
+@dataclass
+class SyncTiming:
+    seconds: float  # model.load_weights (FlashRL's patched one), the post-load step included
+    post_load_seconds: float | None  # inside the quant methods' process_weights_after_loading
+    bytes: int  # bf16 bytes handed to load_weights
+    parameters: int
+
+
+def min_sync_gbps(env: dict) -> float:
+    """ROLLOUT8_ACCEPT_MIN_SYNC_GBPS, else MIN_SYNC_GBPS; a value that is not a positive number is refused."""
+    raw = env.get("ROLLOUT8_ACCEPT_MIN_SYNC_GBPS", "").strip()
+    if not raw:
+        return MIN_SYNC_GBPS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"ROLLOUT8_ACCEPT_MIN_SYNC_GBPS={raw!r}: give a positive number of GB/s")
+    return value
+
+
+def gbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9 if seconds > 0 else 0.0
+
+
+def check_weight_sync(timing: SyncTiming | None, *, model: str, error: str | None = None,
+                      min_gbps: float = MIN_SYNC_GBPS) -> StepResult:
+    """One weight sync timed; FAIL below `min_gbps`, naming the part that costs: the post-load transpose/NZ step
+    (SkyRL #176's class) or the reload itself (host memory: trap 5)."""
+    if timing is None:
+        return StepResult("weight-sync", FAIL, f"no sync of {model} was timed: {error or 'the engine did not start'}")
+    rate = gbps(timing.bytes, timing.seconds)
+    post = timing.post_load_seconds
+    share = post / timing.seconds if post is not None and timing.seconds > 0 else None
+    size = f"{timing.parameters / 1e9:.1f}B parameters, {timing.bytes / 1e9:.1f} GB bf16"
+    post_text = ("post-load step not measured" if share is None else
+                 f"post-load transpose/NZ {post:.1f} s ({100 * share:.0f}%)")
+    summary = f"one sync of {model} ({size}) in {timing.seconds:.1f} s = {rate:.2f} GB/s, {post_text}"
+    if rate >= min_gbps:
+        return StepResult("weight-sync", PASS, f"{summary} (needed >= {min_gbps} GB/s)")
+    if share is not None and share >= POST_LOAD_DOMINANT:
+        why = ("vllm-ascend's W8A8_DYNAMIC post-load step (transpose + NZ cast of every int8 weight), which FlashRL "
+               "re-runs at every sync, is the cost (SkyRL #176: 140 s per sync for a 32B model on GPUs); every "
+               "training step pays it: report this line before planning step times")
+    else:
+        why = ("the reload itself is slow: it goes through host memory (trap 5); check that patch flash_rl/0002 is "
+               "applied and ROLLOUT8_FLASHRL_HOST_RELOAD is unset")
+    return StepResult("weight-sync", FAIL, f"{summary}: below {min_gbps} GB/s: {why}")
+
+
+# ------------------------------------------------------------------------------------------------ hccl
+HCCL_MASTER, HCCL_RANK, HCCL_WORLD = "ROLLOUT8_ACCEPT_HCCL_MASTER", "ROLLOUT8_ACCEPT_HCCL_RANK", \
+    "ROLLOUT8_ACCEPT_HCCL_WORLD"
+ONE_NODE = (f"one node given: to test HCCL between nodes set {HCCL_MASTER}=<first node's cluster IP>:<free port> "
+            f"on both nodes, {HCCL_RANK}=0 on the first and 1 on the second, and run `make accept-npu` on both "
+            f"within HCCL_CONNECT_TIMEOUT of each other (the peer may run only this step: PYTEST_ARGS='-k hccl')")
+
+
+@dataclass(frozen=True)
+class HcclPlan:
+    master: str
+    port: int
+    rank: int
+    world: int
+
+
+def hccl_plan(env: dict) -> tuple[HcclPlan | None, str | None]:
+    """The two-node plan from the environment: (plan, None), (None, None) with one node, or (None, problem)."""
+    master = env.get(HCCL_MASTER, "").strip()
+    if not master:
+        return None, None
+    host, _, port = master.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None, f"{HCCL_MASTER}={master!r}: give HOST:PORT (the first node's cluster IP and a free port)"
+    rank, world = env.get(HCCL_RANK, "").strip(), env.get(HCCL_WORLD, "2").strip()
+    if not world.isdigit() or int(world) < 2:
+        return None, f"{HCCL_WORLD}={world!r}: give the number of nodes taking part (2 or more)"
+    if not rank.isdigit() or int(rank) >= int(world):
+        return None, f"{HCCL_RANK}={rank!r}: give 0 on the first node and 1 .. {int(world) - 1} on the others"
+    return HcclPlan(host.strip("[]"), int(port), int(rank), int(world)), None
+
+
+def largest_weight(config: dict) -> tuple[str, tuple[int, int]]:
+    """The largest single weight of a dense decoder from its config.json: embeddings (or lm_head), an MLP
+    projection, or the attention's q/o projection."""
+    h, v = int(config["hidden_size"]), int(config["vocab_size"])
+    heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or h // heads)
+    candidates = [("model.embed_tokens.weight", (v, h)),
+                  ("model.layers.0.mlp.gate_proj.weight", (int(config["intermediate_size"]), h)),
+                  ("model.layers.0.self_attn.q_proj.weight", (heads * head_dim, h))]
+    return max(candidates, key=lambda c: c[1][0] * c[1][1])
+
+
+def check_hccl(plan: HcclPlan | None, probe: dict | None, *, tensor: str, shape: tuple[int, int],
+               dtype_bytes: int = 2, problem: str | None = None) -> StepResult:
+    """Judge one rank's HCCL probe: init, a broadcast from rank 0 and an all-reduce of `shape`, each checked
+    entry by entry; a failure's HCCL code is mapped to its usual cause (hccl_codes)."""
+    from .hccl_codes import explain, parse_hccl_error
+
+    if problem:
+        return StepResult("hccl", FAIL, problem)
+    if plan is None:
+        return StepResult("hccl", SKIP, ONE_NODE)
+    nbytes = shape[0] * shape[1] * dtype_bytes
+    what = f"{tensor} {list(shape)}, {nbytes / 1e9:.2f} GB"
+    who = f"rank {plan.rank} of {plan.world} via {plan.master}:{plan.port}"
+    if probe is None:
+        return StepResult("hccl", FAIL, f"{who}: the HCCL probe printed nothing (killed or timed out)")
+    if probe.get("error"):
+        parsed = parse_hccl_error(probe["error"])
+        cause = explain(parsed) if parsed else probe["error"].strip().splitlines()[-1][-300:]
+        if parsed is None and probe.get("phase", "init") == "init":
+            cause += (f" (no HCCL code: if the other node never joined, run the step there too within "
+                      f"HCCL_CONNECT_TIMEOUT, with the same {HCCL_MASTER} and its own {HCCL_RANK})")
+        env = ", ".join(f"{k}={v}" for k, v in sorted((probe.get("env") or {}).items())) or "no HCCL_* set"
+        return StepResult("hccl", FAIL, f"{who}: {probe.get('phase', 'init')} failed: {cause} ({env})")
+    checks: list[tuple[bool, str]] = [(True, f"{who}: communicator up in {probe.get('init_s', 0):.1f} s")]
+    for op, label in (("broadcast", "broadcast from rank 0"), ("all_reduce", "all-reduce")):
+        r = probe.get(op) or {}
+        bad, total = r.get("mismatched", -1), r.get("entries", 0)
+        secs = float(r.get("seconds") or 0.0)
+        if bad == 0 and total:
+            checks.append((True, f"{label} of {what} correct in {secs:.2f} s ({gbps(nbytes, secs):.1f} GB/s)"))
+        elif op == "broadcast":
+            checks.append((False, f"broadcast of {what} returned wrong data ({bad} of {total} entries): the HCCL "
+                                  f"large-tensor broadcast bug that verl's W8A8 rollout on Ascend had to work around "
+                                  f"(verl PR #6834); multi-node weight broadcasts of this size would be corrupt: do "
+                                  f"not train multi-node on this CANN; report the line"))
+        else:
+            checks.append((False, f"all-reduce of {what} returned wrong sums ({bad} of {total} entries): HCCL between "
+                                  f"these nodes is not trustworthy; report the line with both nodes' plogs"))
+    return result("hccl", checks)
 
 
 # ------------------------------------------------------------------------------------------------ without NPU

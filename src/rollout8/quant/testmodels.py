@@ -79,6 +79,9 @@ PRESETS: dict[str, ModelShape] = {
     # Qwen2.5-0.5B's shape (494M parameters).
     "bench-0.5b": ModelShape(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                              intermediate_size=4864, vocab_size=151936),
+    # Qwen2.5-7B's shape (7.6B parameters, untied lm_head): the NPU acceptance suite's weight-sync and hccl steps.
+    "bench-7b": ModelShape(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                           intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False),
 }
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
