@@ -106,7 +106,7 @@ patches-check: venv ## patches apply once to the pinned upstream files (PyPI whe
 	$(PY) -m pytest tests/unit/test_patches.py tests/unit/test_flashrl_patched.py tests/unit/test_activate.py $(PYTEST_ARGS)
 
 .PHONY: accept-npu
-accept-npu: ## on the first real Ascend node, before training: NPU env, int8 load, reload, logs, speed (PASS/FAIL)
+accept-npu: ## on the first real Ascend node, before training: NPU env, CANN pairing, Ray NPU visibility, int8 load, reload, logs, speed, 7B sync time, two-node HCCL (PASS/FAIL)
 	bash scripts/accept-npu.sh $(PYTEST_ARGS)
 
 BENCH_ARGS ?=

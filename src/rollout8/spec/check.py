@@ -18,6 +18,16 @@ names the field and the fix. Errors make the exit code 1; warnings and notes do 
   [owned-key]        verl keys that the spec's own fields set are not overridden differently
   [env]              VLLM_USE_V1=1 for FlashRL; FLASHRL_LMHEAD_FP32=1 on NPU (warning)
   [resume]           with cluster.shared_dir, trainer.save_freq saves checkpoints to resume from (warning)
+Checked on a node by `make accept-npu` (tests/npu), not from the spec; each FAIL line says what to do:
+  accept cann-pairing  torch_npu imports on this CANN in a fresh process; an undefined symbol (libtbe_adapter.so)
+                       means CANN and torch_npu are not a pair (Ascend/pytorch #99): run the image built from the lock
+  accept ray-npu       torch.npu.is_available() in a `ray job submit` entrypoint and in a task asking for `NPU`;
+                       hidden there: RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 before `ray start` (ray #59063)
+  accept weight-sync   one FlashRL sync of a 7B-shaped model in s and GB/s (floor ROLLOUT8_ACCEPT_MIN_SYNC_GBPS);
+                       slow with the post-load transpose/NZ step dominating: SkyRL #176's class; else host memory
+  accept hccl          two nodes (ROLLOUT8_ACCEPT_HCCL_MASTER / _RANK): broadcast and all-reduce of the largest
+                       weight checked entry by entry (verl PR #6834); hcclCommInitRootInfoConfig codes mapped to a
+                       cause: 4/5 NIC then ports, 7 port taken, 9 timeout, 11 TCP listen/connect, 15 device ids
 """
 
 from __future__ import annotations
