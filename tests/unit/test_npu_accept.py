@@ -283,9 +283,11 @@ def test_the_suite_has_a_test_per_step():
 
 
 # ------------------------------------------------------------------------------------------------ cann-pairing
-UNDEFINED = ("Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n"
-             "ImportError: /usr/local/Ascend/ascend-toolkit/latest/lib64/libtbe_adapter.so: undefined symbol: "
-             "_ZN2ge5Graph8SetAttrs\n")
+# As in Ascend/pytorch #99 (torch_npu 2.7.1 on CANN 8.3.RC1).
+UNDEFINED = ("  File \".../torch_npu/op_plugin/atb/_atb_ops.py\", line 66, in <module>\n"
+             "    torch.ops.load_library(atb_so_path)\n"
+             "OSError: /usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1/lib/libtbe_adapter.so: undefined symbol: "
+             "_ZN3Mki2DlC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb\n")
 
 
 def _probe(rc=0, output="{}", torch_npu="2.7.1", cann="8.2.RC3"):
@@ -296,7 +298,8 @@ def test_cann_pairing_names_the_undefined_symbol_and_the_pinned_pair(lock):
     step = npu_accept.check_cann_pairing(_probe(1, UNDEFINED, cann="8.3.RC1"), lock)
     line = step.line()
     assert line.startswith("FAIL cann-pairing: torch_npu 2.7.1 on CANN 8.3.RC1 does not load")
-    assert "undefined symbol _ZN2ge5Graph8SetAttrs in libtbe_adapter.so" in line
+    assert "undefined symbol _ZN3Mki2DlC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb in libtbe_adapter.so" \
+        in line
     assert "Ascend/pytorch #99" in line
     assert f"CANN {lock.cann.version} + torch_npu {lock.pypi['torch_npu']}" in line
 
@@ -304,6 +307,9 @@ def test_cann_pairing_names_the_undefined_symbol_and_the_pinned_pair(lock):
 @pytest.mark.parametrize("output, expected", [
     ("OSError: libhccl.so: cannot open shared object file: No such file or directory", "not sourced"),
     ("ModuleNotFoundError: No module named 'torch_npu'", "not installed in this interpreter"),
+    ("ImportError: .../torch_npu/lib/libtorch_npu.so: undefined symbol: _ZN5torch10ValueErrorC1EPKcz",
+     "a symbol of torch itself, so torch and torch_npu are not a pair"),  # Ascend/pytorch #35
+    ("ModuleNotFoundError: No module named 'torch_npu.contrib'", "exit 1: ModuleNotFoundError"),
     ("RuntimeError: something else entirely", "exit 1: RuntimeError: something else entirely"),
 ])
 def test_cann_pairing_other_failures_say_what_to_do(lock, output, expected):
@@ -439,11 +445,12 @@ def test_the_post_load_timer_wraps_each_quant_method_class_once_and_restores_it(
 
     import torch
 
+    saved = list(sys.path)
     sys.path.insert(0, str(REPO / "tests" / "npu"))
     try:
-        worker = importlib.import_module("npu_worker")
+        worker = importlib.import_module("npu_worker")  # it also puts virtual/engine on the path: undone below
     finally:
-        sys.path.remove(str(REPO / "tests" / "npu"))
+        sys.path[:] = saved
 
     calls = []
 

@@ -355,8 +355,15 @@ def check_logs(returncode: int, output: str) -> StepResult:
 # ------------------------------------------------------------------------------------------------ cann-pairing
 _UNDEFINED = re.compile(r"(?:(\S+\.so[\w.]*):\s*)?undefined symbol:\s*(\S+)")
 _MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
-IMPORT_PROBE = "import json, torch, torch_npu; print(json.dumps({'torch': torch.__version__, " \
-               "'torch_npu': torch_npu.__version__, 'npus': torch.npu.device_count()}))"
+# Imports torch_npu, loads its ATB op library (where Ascend/pytorch #99 failed: nnal's libtbe_adapter.so, loaded by
+# torch_npu/op_plugin/atb/_atb_ops.py) and runs one op on the NPU.
+IMPORT_PROBE = (
+    "import importlib, json, torch, torch_npu\n"
+    "try:\n    importlib.import_module('torch_npu.op_plugin.atb._atb_ops')\n"
+    "except ModuleNotFoundError:\n    pass\n"
+    "x = (torch.ones(2, device='npu') * 2).sum().item()\n"
+    "print(json.dumps({'torch': torch.__version__, 'torch_npu': torch_npu.__version__, 'op': x}))\n")
+_TORCH_SYMBOL = re.compile(r"_ZN[KN]?(?:5torch|3c10|2at)\d")  # a symbol of torch itself (torch::, c10::, at::)
 
 
 @dataclass
@@ -370,16 +377,18 @@ class ImportProbe:
 
 
 def classify_import_failure(output: str) -> tuple[str, str]:
-    """(kind, detail) of a failed `import torch_npu`: undefined-symbol (library, symbol), missing-library, absent,
-    other (the last line)."""
+    """(kind, detail) of a failed `import torch_npu`: undefined-symbol (a CANN symbol: library, symbol),
+    torch-symbol (a symbol of torch itself: torch and torch_npu differ), missing-library, absent, other (the last
+    line)."""
     m = _UNDEFINED.search(output)
     if m:
-        lib = Path(m.group(1)).name if m.group(1) else "a CANN library"
-        return "undefined-symbol", f"undefined symbol {m.group(2)} in {lib}"
+        lib = Path(m.group(1)).name if m.group(1) else "a library"
+        kind = "torch-symbol" if _TORCH_SYMBOL.match(m.group(2)) else "undefined-symbol"
+        return kind, f"undefined symbol {m.group(2)} in {lib}"
     m = _MISSING_LIB.search(output)
     if m:
         return "missing-library", f"{m.group(1)} not found"
-    if re.search(r"No module named '?torch_npu", output):
+    if re.search(r"No module named '?torch_npu'", output):
         return "absent", "torch_npu is not installed in this interpreter"
     last = next((ln.strip() for ln in reversed(output.strip().splitlines()) if ln.strip()), "(no output)")
     return "other", last[-300:]
@@ -397,9 +406,12 @@ def check_cann_pairing(probe: ImportProbe, lock) -> StepResult:
                           + ("" if lock_pair else "; this is not it: see the environment step") + ")")
     kind, detail = classify_import_failure(probe.output)
     if kind == "undefined-symbol":
-        what = (f"{found} does not load ({detail}): this CANN and this torch_npu are not a working pair (torch_npu "
-                f"2.7.1 on CANN 8.3.RC1 fails so, in libtbe_adapter.so: Ascend/pytorch #99); run the image built from "
-                f"versions.lock.yaml ({pair}), not a CANN upgraded or mounted from the host")
+        what = (f"{found} does not load ({detail}): this CANN (toolkit or nnal) and this torch_npu are not a working "
+                f"pair (torch_npu 2.7.1 on CANN 8.3.RC1 fails so, in nnal's libtbe_adapter.so: Ascend/pytorch #99); "
+                f"run the image built from versions.lock.yaml ({pair}), not a CANN upgraded or mounted from the host")
+    elif kind == "torch-symbol":
+        what = (f"{found} does not load ({detail}): a symbol of torch itself, so torch and torch_npu are not a pair; "
+                f"install the lock's torch {lock.pypi.get('torch', '?')} with torch_npu {pin_npu} (the image does)")
     elif kind == "missing-library":
         what = (f"{found} does not load ({detail}): the CANN environment is not sourced in this process; run through "
                 f"/usr/local/bin/rollout8-entrypoint or source ascend-toolkit's and nnal/atb's set_env.sh ({pair})")
