@@ -10,7 +10,7 @@ Models (environment variables; all optional):
   ROLLOUT8_ACCEPT_PRESET                        without the two above: a generated pair (default bench-0.5b, the
                                                Qwen2.5-0.5B shape with random weights; no hub access)
   ROLLOUT8_ACCEPT_SYNC_PRESET                   the weight-sync step's generated pair when no model is given
-                                               (default bench-7b, the Qwen2.5-7B shape: ~23 GB on disk)
+                                               (default bench-7b, the Qwen2.5-7B shape: ~33 GB on disk)
   ROLLOUT8_ACCEPT_WORK                          where models, configs and engine outputs go
                                                (default ~/.cache/rollout8/accept)
 The other steps' settings (rollout8.node.npu_accept; README "Run the NPU acceptance suite first"):
@@ -65,7 +65,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.section("NPU acceptance")
     for r in ordered:
         terminalreporter.write_line(r.line())
-        for d in r.details if r.step == "speed" else []:
+        for d in r.details if r.step in ("speed", "weight-sync") else []:
             terminalreporter.write_line("    " + d)
     terminalreporter.write_line(text.splitlines()[-1])
     work = os.environ.get("ROLLOUT8_ACCEPT_WORK_RESOLVED")

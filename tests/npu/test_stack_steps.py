@@ -77,8 +77,17 @@ def test_7_ray_npu():
     _judge(npu_accept.check_ray_npu(returncode=proc.returncode, output=proc.stdout + proc.stderr))
 
 
-def test_8_weight_sync(sync_run, sync_models):
+def test_8_weight_sync(request, work):
     """One FlashRL weight sync of the 7B-shaped model, in seconds and GB/s, post-load step measured apart."""
+    from rollout8.quant.testmodels import PRESETS
+
+    preset = os.environ.get("ROLLOUT8_ACCEPT_SYNC_PRESET", "bench-7b")
+    if not os.environ.get("ROLLOUT8_ACCEPT_BF16") and not (work / f"pair-{preset}").is_dir():
+        problem = npu_accept.room_problem(shutil.disk_usage(work).free,
+                                          npu_accept.generated_pair_bytes(PRESETS[preset]), work)
+        if problem:
+            _judge(npu_accept.check_weight_sync(None, model=f"pair-{preset}", error=problem))
+    sync_models, sync_run = request.getfixturevalue("sync_models"), request.getfixturevalue("sync_run")
     start, sync = sync_run.step("start"), sync_run.step("sync2")
     model = sync_models.bf16.name if os.environ.get("ROLLOUT8_ACCEPT_BF16") else sync_models.bf16.parent.name
     timing, error = None, None

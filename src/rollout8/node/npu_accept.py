@@ -536,6 +536,24 @@ def min_sync_gbps(env: dict) -> float:
     return value
 
 
+def generated_pair_bytes(shape) -> int:
+    """Disk a generated pair of `shape` (quant.testmodels.ModelShape) takes in the work directory: the bf16 model,
+    its W8A8 twin (linear weights int8, the rest bf16) and the twin's ascend conversion."""
+    h, n = shape.hidden_size, shape.num_hidden_layers
+    kv = shape.num_key_value_heads * shape.head_dim
+    linear = n * (2 * h * h + 2 * h * kv + 3 * h * shape.intermediate_size)
+    total = shape.num_parameters()
+    return 2 * total + 2 * (linear + 2 * (total - linear))
+
+
+def room_problem(free: int, need: int, where) -> str | None:
+    """One line when `where` lacks `need` bytes (with 10% to spare), else None."""
+    if free >= need * 1.1:
+        return None
+    return (f"needs ~{need / 1e9:.0f} GB free in {where} for the generated 7B-shaped pair, has {free / 1e9:.0f} GB: "
+            f"point ROLLOUT8_ACCEPT_WORK at a larger disk, or give your own pair (ROLLOUT8_ACCEPT_BF16 / _INT8)")
+
+
 def gbps(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9 if seconds > 0 else 0.0
 
