@@ -144,6 +144,35 @@ def test_verl_quantization_with_flashrl(raw, run_dir):
     assert errors(raw, run_dir, "verl-quant") == []
 
 
+@pytest.mark.parametrize("key,value", [("+actor_rollout_ref.rollout.repetition_penalty", 1.1),
+                                       ("+actor_rollout_ref.rollout.presence_penalty", 0.5),
+                                       ("+actor_rollout_ref.rollout.frequency_penalty", -0.2),
+                                       ("+actor_rollout_ref.rollout.min_p", 0.05),
+                                       ("+actor_rollout_ref.rollout.min_tokens", 4),
+                                       ("+actor_rollout_ref.rollout.logit_bias", {"42": -100}),
+                                       ("+actor_rollout_ref.rollout.bad_words", ["no"])])
+def test_sampler_options_flashrl_drops_are_refused_for_int8_and_hybrid(raw, run_dir, key, value):
+    """verl hands these to vLLM's SamplingParams; FlashRL 1.0.3's sampler replacement then ignores them."""
+    raw["verl"][key] = value
+    errs = errors(raw, run_dir, "sampler")
+    assert len(errs) == 1 and errs[0].field == f"verl.{key}", errs
+    assert key.rpartition(".")[2] in errs[0].message and "int8 rollouts" in errs[0].message
+    assert not [f for f in findings(raw, run_dir, "warning") if f.field == f"verl.{key}"], \
+        "verl does read it (into SamplingParams): no 'it will be ignored' warning"
+    raw["rollout"]["quantization"] = "bf16"  # FlashRL off: vLLM's own sampler applies it
+    assert errors(raw, run_dir, "sampler") == [] and findings(raw, run_dir, "warning") == []
+
+
+def test_sampler_options_flashrl_applies_or_neutral_values_pass(raw, run_dir):
+    raw["verl"].update({"actor_rollout_ref.rollout.temperature": 0.7, "actor_rollout_ref.rollout.top_p": 0.9,
+                        "actor_rollout_ref.rollout.top_k": 20, "+actor_rollout_ref.rollout.repetition_penalty": 1.0,
+                        "+actor_rollout_ref.rollout.min_p": 0.0})
+    assert errors(raw, run_dir) == [] and findings(raw, run_dir, "warning") == []
+    raw["verl"]["+actor_rollout_ref.rollout.repetiton_penalty"] = 1.2  # misspelled: not a SamplingParams field
+    warned = [f for f in findings(raw, run_dir, "warning") if f.rule == "verl-key"]
+    assert len(warned) == 1 and "repetition_penalty" in warned[0].message and "ignored" in warned[0].message
+
+
 def test_moe_from_config_json(raw, run_dir, model_pair, tmp_path):
     moe = tmp_path / "moe-bf16"
     shutil.copytree(model_pair.bf16, moe)
@@ -317,7 +346,7 @@ def test_explain_lists_every_field_and_rule(capsys):
     assert main(["check", "--explain"]) == 0
     out = capsys.readouterr().out
     for text in ("model.int8", "rollout.hybrid.bf16", "cluster.network.nic", "deploy.shared_storage",
-                 "[profile]", "[hybrid-mix]"):
+                 "[profile]", "[hybrid-mix]", "[sampler]"):
         assert text in out
 
 

@@ -78,7 +78,8 @@ def _launch(out: Path, *, model: Path, steps: list[str], flashrl_config: Path | 
     out.mkdir(parents=True, exist_ok=True)
     log = out / "flashrl.log"
     log.unlink(missing_ok=True)
-    spec = {"out": str(out), "model": str(model), "steps": steps, "perturb": PERTURB, **spec_fields}
+    spec = {"out": str(out), "model": str(model), "steps": steps, "perturb": PERTURB, "samples": SAMPLES,
+            **spec_fields}
     (out / "spec.json").write_text(json.dumps(spec, indent=2))
     env = engine_env(rank=rank, world_size=world_size, flashrl_config=flashrl_config, log_file=log,
                      extra=extra_env)
@@ -123,7 +124,15 @@ def run_engine_group(runs: dict, world_size: int) -> dict:
     return {rank: _finish(item) for rank, item in launched.items()}
 
 
-MAIN_STEPS = ["generate:gen0", "dump:initial", "reload:reload1", "generate:gen1", "reload:reload2",
+# The sampler comparison (tests/engine/test_sampler.py): the same engine samples with FlashRL 1.0.3's replacement of
+# vLLM's Sampler.forward (what int8 rollouts run) and with vLLM's own, at temperature 0.7 and 1.0 (seeded), and
+# greedily with a strong repetition penalty; the replacement is back in place afterwards.
+SAMPLES = {f"{name}-{sampler}": params for sampler in ("flashrl", "stock") for name, params in {
+    "t0.7": {"temperature": 0.7, "seed": 11}, "t1.0": {"temperature": 1.0, "seed": 11},
+    "greedy": {"temperature": 0.0}, "greedy-penalty": {"temperature": 0.0, "repetition_penalty": 5.0}}.items()}
+SAMPLER_STEPS = [*(f"sample:{n}" for n in SAMPLES if n.endswith("-flashrl")), "sampler:stock",
+                 *(f"sample:{n}" for n in SAMPLES if n.endswith("-stock")), "sampler:flashrl"]
+MAIN_STEPS = ["generate:gen0", *SAMPLER_STEPS, "dump:initial", "reload:reload1", "generate:gen1", "reload:reload2",
               "generate:gen2", "reload-perturbed:drift", "reload:restore", "reload-default-device:device",
               # last, it breaks the reload on purpose: upstream's allocation, through the patch's escape hatch
               "setenv:ROLLOUT8_FLASHRL_HOST_RELOAD=1", "reload-default-device:device_host"]

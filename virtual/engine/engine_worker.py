@@ -9,7 +9,9 @@ so a crash leaves what happened before it) and tensors in OUT/<label>.pt.
 Steps: generate:<label> | dump:<label> | reload:<label> (bf16 checkpoint weights through model.load_weights) |
        reload-perturbed:<label> (a simulated RL update, written to OUT/perturbed.pt first) |
        reload-default-device:<label> (the reload with the process default device set elsewhere: see below) |
-       time-reload:<label> (a reload, no dump) | setenv:NAME=VALUE
+       time-reload:<label> (a reload, no dump) | setenv:NAME=VALUE |
+       sampler:stock|flashrl (vLLM's own Sampler.forward, or FlashRL 1.0.3's replacement of it, for what follows) |
+       sample:<label> (generate with spec["samples"][label]: temperature, seed, penalties; tokens and log-probs)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ sys.path.insert(0, str(HERE))
 
 PROMPT_TOKEN_IDS = [[3, 17, 42, 99, 7, 12], [5, 8, 13, 21, 34]]
 GENERATE_TOKENS = 8
+SAMPLE_TOKENS = 24
 
 
 def checkpoint_weights(model_dir: Path):
@@ -165,6 +168,10 @@ def main(spec_path: str) -> int:
         updated = model.load_weights(on_device)
         return {"seconds": round(time.time() - start, 3), "updated": len(updated) if updated is not None else None}
 
+    from vllm.v1.sample.sampler import Sampler
+
+    flashrl_forward = Sampler.forward  # FlashRL's replacement when FlashRL patched this engine (else vLLM's own)
+
     in_memory: dict = {}
     for step in spec["steps"]:
         kind, _, label = step.partition(":")
@@ -175,6 +182,24 @@ def main(spec_path: str) -> int:
                 prompts = [{"prompt_token_ids": ids} for ids in PROMPT_TOKEN_IDS]
                 outs = llm.generate(prompts, params, use_tqdm=False)
                 record(label, ok=True, tokens=[list(o.outputs[0].token_ids) for o in outs],
+                       logprobs=[[lp[t].logprob for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids,
+                                                                 strict=True)] for o in outs])
+            elif kind == "sampler":
+                from vllm.v1.sample.sampler import Sampler
+
+                assert hasattr(Sampler, "beforeflashrl_forward"), "FlashRL did not replace the sampler in this engine"
+                if label == "stock":
+                    Sampler.forward = Sampler.beforeflashrl_forward
+                else:
+                    Sampler.forward = flashrl_forward
+                record(f"sampler:{label}", ok=True)
+            elif kind == "sample":
+                params = vllm.SamplingParams(max_tokens=SAMPLE_TOKENS, ignore_eos=True, logprobs=0,
+                                             **spec["samples"][label])
+                outs = llm.generate([{"prompt_token_ids": ids} for ids in PROMPT_TOKEN_IDS], params, use_tqdm=False)
+                record(label, ok=True, params=spec["samples"][label],
+                       sampler="flashrl" if Sampler.forward is flashrl_forward else "stock",
+                       prompts=PROMPT_TOKEN_IDS, tokens=[list(o.outputs[0].token_ids) for o in outs],
                        logprobs=[[lp[t].logprob for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids,
                                                                  strict=True)] for o in outs])
             elif kind == "setenv":

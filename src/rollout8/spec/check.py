@@ -7,6 +7,8 @@ names the field and the fix. Errors make the exit code 1; warnings and notes do 
   [verl-key]         every verl override exists at the verl pin (nearest key suggested)
   [verl-value]       every verl value has its key's type at the pin (no 'lots' for a number) and range
   [verl-quant]       no verl/vLLM rollout quantization or fp8 kv cache on top of FlashRL
+  [sampler]          int8/hybrid: no sampling option that FlashRL 1.0.3's replacement of vLLM's sampler drops
+                     (repetition/presence/frequency penalties, min_p, min_tokens, logit_bias, bad_words, ...)
   [moe]              no int8 for mixture-of-experts models (FlashRL's profile covers dense layers only)
   [layout]           the int8 layout matches the model dir, and loads on the accelerator
   [tp]               rollout TP x PP (x DP) divides the NPUs per node
@@ -191,6 +193,29 @@ def check_verl_quantization(c: _Collector, spec: RunSpec, r: Rendered) -> None:
     for key, value in spec.env.items():
         if key.startswith("VLLM_") and "FP8" in key.upper() and value not in ("0", ""):
             c.error("verl-quant", f"env.{key}", "fp8 switches do not combine with FlashRL int8; remove it")
+
+
+# What FlashRL 1.0.3 drops: its replacement of vLLM V1's Sampler.forward (flash_rl/vllm_patch.py,
+# patch_vllm_logprob_compute, applied at every vllm.LLM init) applies temperature, top_k and top_p, then samples and
+# returns log-probs after them; it skips vLLM's penalties, allowed/bad-word masks and logits processors. Field -> its
+# neutral value (the one that changes nothing). tests/engine shows a penalty dropped in a real engine.
+SAMPLER_DROPPED = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "min_p": 0.0,
+                   "min_tokens": 0, "logit_bias": None, "allowed_token_ids": None, "bad_words": None,
+                   "logits_processors": None}
+
+
+def check_sampler(c: _Collector, spec: RunSpec) -> None:
+    if not spec.flashrl:
+        return
+    for raw, value in spec.verl.items():
+        op, key = verl_keys.split_key(raw)
+        field = verl_keys.sampling_param(key)
+        if op == "~" or field not in SAMPLER_DROPPED or value in (SAMPLER_DROPPED[field], None, [], {}):
+            continue
+        c.error("sampler", f"verl.{raw}",
+                f"{value!r}: FlashRL 1.0.3 replaces vLLM's sampler for {spec.rollout.quantization} rollouts and drops "
+                f"{field} (it applies temperature, top_k and top_p only): the rollouts would ignore it; remove it, "
+                "or train with rollout.quantization: bf16")
 
 
 def _read_config(path: Path | None) -> dict | None:
@@ -529,6 +554,7 @@ def run_checks(spec: RunSpec) -> list[Finding]:
     check_rollout_mode(c, spec, rendered)
     check_verl_keys(c, spec, rendered)
     check_verl_quantization(c, spec, rendered)
+    check_sampler(c, spec)
     check_owned(c, spec, rendered)
     check_moe(c, spec)
     check_layout(c, spec)

