@@ -163,6 +163,20 @@ def test_sampler_options_flashrl_drops_are_refused_for_int8_and_hybrid(raw, run_
     assert errors(raw, run_dir, "sampler") == [] and findings(raw, run_dir, "warning") == []
 
 
+def test_bf16_rollout_correction_off_temperature_one_warns(raw, run_dir):
+    """tests/engine/test_sampler.py: vLLM's own sampler returns log-probs before temperature at the pin."""
+    raw["rollout"]["quantization"] = "bf16"
+    raw["verl"].update({"actor_rollout_ref.rollout.temperature": 0.7,
+                        "actor_rollout_ref.rollout.calculate_log_probs": True})
+    warned = [f for f in findings(raw, run_dir, "warning") if f.rule == "sampler"]
+    assert len(warned) == 1 and "before temperature" in warned[0].message, warned
+    raw["verl"]["actor_rollout_ref.rollout.temperature"] = 1.0
+    assert not [f for f in findings(raw, run_dir, "warning") if f.rule == "sampler"]
+    raw["verl"]["actor_rollout_ref.rollout.temperature"] = 0.7
+    raw["rollout"]["quantization"] = "int8"  # FlashRL's sampler applies temperature first
+    assert not [f for f in findings(raw, run_dir) if f.rule == "sampler"]
+
+
 def test_sampler_options_flashrl_applies_or_neutral_values_pass(raw, run_dir):
     raw["verl"].update({"actor_rollout_ref.rollout.temperature": 0.7, "actor_rollout_ref.rollout.top_p": 0.9,
                         "actor_rollout_ref.rollout.top_k": 20, "+actor_rollout_ref.rollout.repetition_penalty": 1.0,

@@ -8,7 +8,8 @@ names the field and the fix. Errors make the exit code 1; warnings and notes do 
   [verl-value]       every verl value has its key's type at the pin (no 'lots' for a number) and range
   [verl-quant]       no verl/vLLM rollout quantization or fp8 kv cache on top of FlashRL
   [sampler]          int8/hybrid: no sampling option that FlashRL 1.0.3's replacement of vLLM's sampler drops
-                     (repetition/presence/frequency penalties, min_p, min_tokens, logit_bias, bad_words, ...)
+                     (repetition/presence/frequency penalties, min_p, min_tokens, logit_bias, bad_words, ...);
+                     bf16 with calculate_log_probs at temperature != 1: log-probs taken before temperature (warning)
   [moe]              no int8 for mixture-of-experts models (FlashRL's profile covers dense layers only)
   [layout]           the int8 layout matches the model dir, and loads on the accelerator
   [tp]               rollout TP x PP (x DP) divides the NPUs per node
@@ -204,8 +205,15 @@ SAMPLER_DROPPED = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequenc
                    "logits_processors": None}
 
 
-def check_sampler(c: _Collector, spec: RunSpec) -> None:
+def check_sampler(c: _Collector, spec: RunSpec, r: Rendered) -> None:
     if not spec.flashrl:
+        # vLLM's own sampler at the pin returns log-probs before temperature; verl's actor recomputes them after it
+        temperature = r.value(ROLLOUT + "temperature")[1]
+        if r.value(ROLLOUT + "calculate_log_probs")[1] is True and temperature not in (None, 1, 1.0):
+            c.warning("sampler", f"verl.{ROLLOUT}temperature",
+                      f"{temperature}: a bf16 rollout's log-probs (vLLM's own sampler, no logprobs_mode set by verl at "
+                      "the pin) are taken before temperature while the actor's are after it, so the rollout "
+                      "correction compares unlike values; train at temperature 1.0 or with rollout.quantization: int8")
         return
     for raw, value in spec.verl.items():
         op, key = verl_keys.split_key(raw)
@@ -554,7 +562,7 @@ def run_checks(spec: RunSpec) -> list[Finding]:
     check_rollout_mode(c, spec, rendered)
     check_verl_keys(c, spec, rendered)
     check_verl_quantization(c, spec, rendered)
-    check_sampler(c, spec)
+    check_sampler(c, spec, rendered)
     check_owned(c, spec, rendered)
     check_moe(c, spec)
     check_layout(c, spec)
