@@ -114,16 +114,22 @@ def test_flashrl_patches_apply_once(flashrl_tree):
     pristine = _snapshot(flashrl_tree)
     assert {r.state for r in patches.patch_status(flashrl_tree, "flash_rl")} == {patches.NOT_APPLIED}
 
+    shipped = patches.find_patches("flash_rl")
+    assert [p.path.name for p in shipped][:5] == ["0001-int8-quantizer-device.patch",
+                                                  "0002-reload-on-param-device.patch", "0003-setup-append-bf16.patch",
+                                                  "0004-int8-requant-in-row-blocks.patch",
+                                                  "0005-record-column-parallel-loader.patch"]
     first = patches.apply_patches(flashrl_tree, "flash_rl")
-    assert [r.action for r in first] == ["applied now"] * 3
+    assert [r.action for r in first] == ["applied now"] * len(shipped)
     patched = _snapshot(flashrl_tree)
     changed = sorted(k for k in pristine if pristine[k] != patched[k])
-    assert changed == ["flash_rl/commands.py", "flash_rl/flash_quantization.py", "flash_rl/vllm_patch.py"]
+    assert changed == sorted({f for p in shipped for f in p.files})
+    assert {"flash_rl/commands.py", "flash_rl/flash_quantization.py", "flash_rl/vllm_patch.py"} <= set(changed)
     for name in changed:
         assert MARKER.encode() in patched[name]
 
     second = patches.apply_patches(flashrl_tree, "flash_rl")
-    assert [r.action for r in second] == ["already applied (no-op)"] * 3
+    assert [r.action for r in second] == ["already applied (no-op)"] * len(shipped)
     assert _snapshot(flashrl_tree) == patched
     for name in changed:  # the patched files still compile
         compile(patched[name], name, "exec")
@@ -136,7 +142,7 @@ def test_flashrl_drift_stops_before_any_change(flashrl_tree):
     before = _snapshot(flashrl_tree)
     with pytest.raises(PatchError, match=r"flash_rl/0001-int8-quantizer-device\.patch .*flash_quantization\.py"):
         patches.apply_patches(flashrl_tree, "flash_rl")
-    assert _snapshot(flashrl_tree) == before  # 0002 and 0003 would apply, but nothing is half-done
+    assert _snapshot(flashrl_tree) == before  # the later patches would apply, but nothing is half-done
 
 
 def test_target_without_the_package_names_the_fix(tmp_path):
@@ -149,7 +155,7 @@ def test_target_inside_another_git_work_tree(flashrl_pristine, tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     target = uw.copy_tree(flashrl_pristine, tmp_path / "venv" / "site-packages")
     results = patches.apply_patches(target, "flash_rl")
-    assert [r.action for r in results] == ["applied now"] * 3
+    assert [r.action for r in results] == ["applied now"] * len(patches.find_patches("flash_rl"))
     assert MARKER in (target / "flash_rl" / "commands.py").read_text()
 
 
@@ -162,19 +168,20 @@ def test_cli_apply_check_and_exit_codes(verl_pristine, flashrl_pristine, tmp_pat
         return subprocess.run([sys.executable, "-m", "rollout8", "patches", *args], capture_output=True, text=True,
                               timeout=120)
 
+    n = len(patches.find_patches())  # verl's and flash_rl's
     check = cli("check", "--target", str(target))
     assert check.returncode == CheckFailed.exit_code
-    assert check.stdout.count("not applied") == 4
+    assert check.stdout.count("not applied") == n
     assert "rollout8 patches apply" in check.stderr
 
     first = cli("apply", "--target", str(target))
     assert first.returncode == 0, first.stderr
-    assert "4 applied now, 0 already applied" in first.stdout
+    assert f"{n} applied now, 0 already applied" in first.stdout
     second = cli("apply", "--target", str(target))
-    assert second.returncode == 0 and "0 applied now, 4 already applied" in second.stdout
+    assert second.returncode == 0 and f"0 applied now, {n} already applied" in second.stdout
 
     ok = cli("check", "--target", str(target))
-    assert ok.returncode == 0 and "all 4 patches applied" in ok.stdout
+    assert ok.returncode == 0 and f"all {n} patches applied" in ok.stdout
 
     commands = target / "flash_rl" / "commands.py"
     commands.write_text(commands.read_text().replace("'bf16'], \\", "'bf16', 'x'], \\"))
