@@ -36,7 +36,11 @@ def test_converges_and_smoke_job_is_green_on_every_node(sim_cluster: Cluster, co
     assert sorted(v["hostname"] for v in verdict["nodes"].values()) == sorted(NODES)
     for node in verdict["nodes"].values():
         checks = {c["check"]: c["ok"] for c in node["checks"]}
-        assert checks == {"env": True, "artifacts": True, "activation": True, "cann": True, "verify-quant": True}, node
+        assert checks == {"env": True, "artifacts": True, "activation": True, "cann": True, "npu-visible": True,
+                          "verify-quant": True}, node
+    # the driver is the `ray job submit` entrypoint (the job supervisor's child): Ray left the NPU devices alone
+    driver = verdict["driver_npu_visibility"]
+    assert driver["ok"] is True and driver["noset"] == "1" and driver["visible"] is None, driver
 
 
 def test_second_run_changes_nothing(sim_cluster: Cluster, converged: Run):
@@ -86,24 +90,34 @@ def test_corrupted_profile_is_detected_and_replaced(sim_cluster: Cluster, conver
     assert sim_cluster.node("rollout8-sim-w2", "sha256sum", PROFILE).stdout.split()[0] == good
 
 
-def test_env_exported_only_in_the_driver_is_caught(sim_cluster: Cluster, converged: Run):
-    """Stack-facts trap 2: FLASHRL_CONFIG set for the driver but not before `ray start` never reaches workers."""
+def test_env_not_exported_before_ray_start_is_caught(sim_cluster: Cluster, converged: Run):
+    """Ray started without the run's environment, the smoke job submitted with FLASHRL_CONFIG for its driver only.
+    Stack-facts trap 2: FLASHRL_CONFIG never reaches the workers. ray #59063: without
+    RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES the job supervisor hides the NPUs from the entrypoint
+    (ASCEND_RT_VISIBLE_DEVICES='') and every worker holding NPUs gets them renumbered."""
     assert converged.rc == 0
     try:
         trap = sim_cluster.playbook("--tags", "ray", "-e", "rollout8_ray_export_env=false")
         assert trap.rc == 0, trap.output[-4000:]
         cfg = json.loads(sim_cluster.node("rollout8-sim-head", "cat", PLAN).stdout)["node_paths"]["flashrl"]
-        job = sim_cluster.node("rollout8-sim-head", "env", f"FLASHRL_CONFIG={cfg}",
+        job = sim_cluster.node("rollout8-sim-head", "/opt/rollout8/venv/bin/ray", "job", "submit", "--address",
+                               "http://127.0.0.1:8265", "--", "env", f"FLASHRL_CONFIG={cfg}",
                                "/opt/rollout8/venv/bin/rollout8", "smoke-job", "--plan", PLAN, "--nodes", "3",
                                check=False)
         out = job.stdout + job.stderr
-        assert job.returncode == 1, out[-3000:]
+        assert "ROLLOUT8_SMOKE_VERDICT " in out, out[-3000:]
         for node in NODES:
             pattern = rf"{node} \(\S+\) env\s+FAIL FLASHRL_CONFIG is not in the Ray worker's environment"
             assert re.search(pattern, out), out
+            renumbered = (rf"{node} \(\S+\) npu-visible\s+FAIL RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES is "
+                          r"not in the environment of the Ray worker holding this node's NPUs "
+                          r"\(ASCEND_RT_VISIBLE_DEVICES=0 \(set by Ray\)\)")
+            assert re.search(renumbered, out), out
+        assert "driver npu-visible FAIL ASCEND_RT_VISIBLE_DEVICES='' in the driver (the job's entrypoint): Ray hid " \
+               "every NPU from it (ray #59063" in out, out[-3000:]
         verdict = json.loads(out.split("ROLLOUT8_SMOKE_VERDICT ", 1)[1].splitlines()[0])
         assert verdict["driver_env"]["FLASHRL_CONFIG"] == cfg
-        assert verdict["ok"] is False
+        assert verdict["ok"] is False and verdict["driver_npu_visibility"]["ok"] is False
     finally:
         restore = sim_cluster.playbook("--tags", "ray")
         assert restore.rc == 0, restore.output[-4000:]

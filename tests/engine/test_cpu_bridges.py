@@ -150,6 +150,24 @@ shutil.rmtree(temp, ignore_errors=True)
 """, "ray_bundles", "placement group never ready")
 
 
+def test_verl_local_rank_under_the_ascend_noset_flag():
+    """The nodes export RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 before `ray start` (as an Atlas node
+    must); verl then indexes Ray's GPU ids, empty on a CPU node, in every worker it builds."""
+    fails_then_passes("""
+import ray, shutil, tempfile
+temp = tempfile.mkdtemp(prefix="r8ray-", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
+ray.init(num_cpus=1, resources={"NPU": 1}, include_dashboard=False, _temp_dir=temp, logging_level="ERROR")
+from verl.single_controller.base.worker import Worker
+from verl.utils.ray_utils import ray_noset_visible_devices
+try:
+    Worker._setup_env_cuda_visible_devices(None)  # what every verl worker runs first
+finally:
+    ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+print("PASS", ray_noset_visible_devices())
+""", "ray_noset_ascend", "IndexError", env={"RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1"})
+
+
 def test_verl_worker_config_turns_off_what_a_cpu_lacks(tmp_path):
     """Upstream refuses both settings on CPU; the bridge sets both in the worker's config before verl reads it."""
     model = tmp_path / "tiny"

@@ -55,7 +55,8 @@ def test_plan_checks_once_renders_in_process_and_uses_renders_env(tiny_spec, tmp
     assert (tmp_path / "plan" / "launch.sh").read_text() == launch_text(render(spec))
     assert any(c.what == "launch" and c.dest == plan.node_paths["launch"] for c in plan.copies)
     assert plan.training_steps == spec.verl["trainer.total_training_steps"]
-    assert "HCCL_CONNECT_TIMEOUT" not in plan.env and "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES" not in plan.env
+    assert "HCCL_CONNECT_TIMEOUT" not in plan.env  # NPU only
+    assert plan.env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] == "1"  # CPU too: its NPU resource
     assert plan.env["FLASHRL_CONFIG"] == plan.node_paths["flashrl"]
     assert not (tmp_path / "plan" / "render").exists()
     assert load_plan(tmp_path / "plan" / PLAN_FILE) == plan

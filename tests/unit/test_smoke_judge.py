@@ -87,3 +87,49 @@ def test_cann_environment_judged_where_cann_is_installed():
     assert judge_cann_env(cann_env({}, lambda p: False), "npu")[0] is False
     rep = dict(report(env={"FLASHRL_CONFIG": CFG}), cann=cann_env({}, exists))
     assert checks(rep)["cann"] is False
+
+
+# ---------------------------------------------------------------------------------------------- NPU visibility
+NOSET = "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"
+NO_TORCH_NPU = {"npu_available": None, "npu_count": None}
+
+
+def seen(environ, ask=NO_TORCH_NPU):
+    from rollout8.node.npu_visibility import npu_visibility
+
+    return npu_visibility(environ, ask=lambda: dict(ask))
+
+
+def test_npu_visibility_green_when_ray_was_started_with_the_noset_flag():
+    from rollout8.node.npu_visibility import judge_npu_visibility
+
+    ok, line = judge_npu_visibility(seen({NOSET: "1"}), "the driver", "cpu")
+    assert ok and "judged from the environment" in line
+    rep = dict(report(env={"FLASHRL_CONFIG": CFG}), npu_visibility=seen({NOSET: "1"}))
+    assert checks(rep)["npu-visible"] is True
+
+
+def test_npu_visibility_red_where_ray_hid_or_renumbered_the_npus():
+    """ray #59063: without the flag the job supervisor's child (the entrypoint) gets ASCEND_RT_VISIBLE_DEVICES=''
+    and a worker holding NPUs gets its ids; both are red, naming the variable to export before `ray start`."""
+    from rollout8.node.npu_visibility import judge_npu_visibility
+
+    hidden_ok, hidden = judge_npu_visibility(seen({"ASCEND_RT_VISIBLE_DEVICES": ""}), "the driver", "cpu")
+    assert not hidden_ok and "hid every NPU" in hidden and f"export {NOSET}=1" in hidden
+    renumbered_ok, renumbered = judge_npu_visibility(seen({"ASCEND_RT_VISIBLE_DEVICES": "0"}), "a worker", "npu")
+    assert not renumbered_ok and "ASCEND_RT_VISIBLE_DEVICES=0 (set by Ray)" in renumbered
+    # the flag alone is not enough where the empty value is still there (exported after Ray hid them)
+    assert not judge_npu_visibility(seen({NOSET: "1", "ASCEND_RT_VISIBLE_DEVICES": ""}), "x", "cpu")[0]
+    rep = dict(report(env={"FLASHRL_CONFIG": CFG}), npu_visibility=seen({"ASCEND_RT_VISIBLE_DEVICES": "0"}))
+    assert checks(rep)["npu-visible"] is False
+
+
+def test_npu_visibility_asks_torch_npu_where_it_is_installed():
+    from rollout8.node.npu_visibility import judge_npu_visibility
+
+    assert judge_npu_visibility(seen({NOSET: "1"}, {"npu_available": True, "npu_count": 8}), "w", "npu") == (
+        True, f"torch.npu.is_available() in w: 8 NPU(s), {NOSET}=1")
+    ok, line = judge_npu_visibility(seen({NOSET: "1"}, {"npu_available": False, "npu_count": 0}), "w", "npu")
+    assert not ok and "torch.npu.is_available() is False" in line
+    # an NPU run needs torch_npu; its absence is red there, not a pass judged from the environment
+    assert not judge_npu_visibility(seen({NOSET: "1"}), "w", "npu")[0]

@@ -235,6 +235,22 @@ DIAG_ENV = "ROLLOUT8_CPU_SYNC_DIAG"  # "1": check every weight sync (off by defa
 DIAG_LAYER = "model.layers.0.self_attn"
 
 
+def ray_noset_ascend(ray_utils) -> None:
+    """verl reads any RAY_EXPERIMENTAL_NOSET_*_VISIBLE_DEVICES flag as "Ray left the devices to me" and then takes
+    its local rank from Ray's accelerator ids of its own device type (`Worker._setup_env_cuda_visible_devices`,
+    `vLLMRollout._init_worker`: "GPU" when torch_npu is absent). The nodes export the Ascend flag before `ray start`
+    as an Atlas node must (ray #59063); on a CPU node the ids of "GPU" are empty and verl fails with an IndexError.
+
+    On a CPU node the Ascend flag does not count for verl (the ids it would index do not exist): verl keeps its
+    default path, local rank 0, as it does without the flag. Ray itself still honours the flag."""
+    original = ray_utils.ray_noset_visible_devices
+
+    def ray_noset_visible_devices(env_vars=os.environ):
+        return original({k: v for k, v in env_vars.items() if k != "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"})
+
+    ray_utils.ray_noset_visible_devices = ray_noset_visible_devices
+
+
 def sync_diagnostic(spmd) -> None:
     """Not a bridge: a CPU-only proof, at every weight sync, that FlashRL really re-quantized the new weights.
 
@@ -300,6 +316,7 @@ def _sync_check(model, updated_params, state) -> str:
 # module whose import triggers the bridge -> (bridge name, function). One line each in the docs above.
 BRIDGES: dict[str, tuple[str, Callable]] = {
     "verl.single_controller.ray.base": ("ray_bundles", ray_bundles),
+    "verl.utils.ray_utils": ("ray_noset_ascend", ray_noset_ascend),
     "torch.distributed": ("gloo_backend+collectives", lambda d: (gloo_backend(d), gloo_collectives(d))),
     "torch.distributed.fsdp._init_utils": ("fsdp_module_states", fsdp_module_states),
     "torch": ("torch_cpu_device", torch_cpu_device),

@@ -18,6 +18,9 @@ task reports, from inside a Ray worker process:
 - cann: the CANN environment (ASCEND_TOOLKIT_HOME, ASCEND_OPP_PATH, the toolkit's LD_LIBRARY_PATH) in the Ray
   worker and in the driver, when the runtime has CANN: a process started by a bare `docker exec` lacks it
   (`rollout8.node.cann_env`);
+- npu-visible: the NPUs stay visible in the Ray worker and in the driver, the `ray job submit` entrypoint where
+  verl's driver runs: Ray must have been started with RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1, or it hides
+  them from the entrypoint and renumbers them in workers (`rollout8.node.npu_visibility`, ray #59063);
 - quantization: `rollout8 verify-quant` on the node's copies of the bf16 model, int8 model and profile; the online
   int8 weights must stay within 1 LSB of the checkpoint's.
 
@@ -38,6 +41,7 @@ from pathlib import Path
 from ..errors import CheckFailed
 from ..fileutil import sha256_file
 from .cann_env import cann_env, judge_cann_env
+from .npu_visibility import judge_npu_visibility, npu_visibility
 
 VERDICT_PREFIX = "ROLLOUT8_SMOKE_VERDICT "
 ACTIVATION_MARKER = "rollout8: flash_rl activation:"
@@ -107,6 +111,7 @@ def node_probe(plan: dict) -> dict:
         "checksums": artifact_checksums({k: v for k, v in node_paths.items() if k != "plan"}),
         "activation": run_activation(sys.executable),
         "cann": cann_env(),
+        "npu_visibility": npu_visibility(),
     }
     if plan.get("quantization", "int8") in ("int8", "hybrid") and {"bf16", "int8", "profile"} <= node_paths.keys():
         cli = str(Path(sys.executable).with_name("rollout8"))
@@ -170,6 +175,10 @@ def judge_node(report: dict, plan: dict, head_sums: dict[str, str]) -> list[tupl
     if "cann" in report:
         checks.append(("cann", *judge_cann_env(report["cann"], plan.get("accelerator", "npu"))))
 
+    if "npu_visibility" in report:
+        checks.append(("npu-visible", *judge_npu_visibility(report["npu_visibility"], "the Ray worker holding this "
+                                                            "node's NPUs", plan.get("accelerator", "npu"))))
+
     if "verify_quant" in report:
         vq = report["verify_quant"]
         rep = vq.get("report") or {}
@@ -218,6 +227,11 @@ def run_job(plan: dict, expected_nodes: int | None, timeout: float) -> dict:
     verdict["driver_cann"] = {"ok": driver_ok, "detail": driver_cann, **driver_seen}
     verdict["ok"] &= driver_ok
     print(f"smoke-job: driver cann {'ok  ' if driver_ok else 'FAIL'} {driver_cann}", flush=True)
+    seen = npu_visibility()
+    visible_ok, visible = judge_npu_visibility(seen, "the driver (the job's entrypoint)", plan.get("accelerator", "npu"))
+    verdict["driver_npu_visibility"] = {"ok": visible_ok, "detail": visible, **seen}
+    verdict["ok"] &= visible_ok
+    print(f"smoke-job: driver npu-visible {'ok  ' if visible_ok else 'FAIL'} {visible}", flush=True)
     for address, result in results.items():
         if "error" in result:
             checks = [("task", False, result["error"])]

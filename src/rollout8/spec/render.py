@@ -76,8 +76,10 @@ def build_env(spec: RunSpec) -> tuple[dict[str, str], dict[str, str]]:
     env["HF_HUB_OFFLINE"] = "1"
     per_node: dict[str, str] = {}
     net = spec.cluster.network
+    # Ray hides the NPUs from the `ray job submit` entrypoint and renumbers them in workers without it (ray #59063);
+    # CPU runs too: their custom NPU resource makes Ray treat them as Ascend nodes (rollout8.node.npu_visibility)
+    env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = "1"
     if spec.cluster.accelerator == "npu":
-        env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = "1"
         env["PYTORCH_NPU_ALLOC_CONF"] = "expandable_segments:True"
         env["HCCL_CONNECT_TIMEOUT"] = str(net.hccl_connect_timeout)
         for name, value in (("HCCL_EXEC_TIMEOUT", net.hccl_exec_timeout), ("HCCL_BUFFSIZE", net.hccl_buffsize),

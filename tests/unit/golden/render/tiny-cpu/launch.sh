@@ -7,6 +7,7 @@ export FLASHRL_LOGGING_LEVEL=DEBUG
 export FLASHRL_LMHEAD_FP32=0
 export VLLM_USE_V1=1
 export HF_HUB_OFFLINE=1
+export RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1
 exec python3 -m verl.trainer.main_ppo \
   algorithm.adv_estimator=grpo \
   data.train_files=/var/lib/rollout8/runs/tiny-cpu/data/train.parquet \
