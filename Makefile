@@ -27,12 +27,19 @@ sysdeps: ## install the system packages the demo and tests need (Debian/Ubuntu, 
 
 # ---------------------------------------------------------------- quality
 .PHONY: lint
-lint: venv ## ruff, yamllint, hadolint, ansible-lint (production profile) and ansible-playbook --syntax-check
+lint: venv ci-examples-check ## ruff, yamllint, hadolint, the sample CI pipelines, ansible-lint, ansible-playbook --syntax-check
 	$(VENV)/bin/ruff check src tests scripts bench virtual
 	$(VENV)/bin/yamllint -s .
 	$(VENV)/bin/hadolint --config docker/.hadolint.yaml docker/Dockerfile*
 	cd ansible && PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --profile production train.yml reset.yml playbooks roles inventory
 	cd ansible && for p in train.yml reset.yml; do $(CURDIR)/$(VENV)/bin/ansible-playbook --syntax-check -i inventory/sample/hosts.ini $$p || exit 1; done
+
+.PHONY: ci-examples-check
+ci-examples-check: venv ## the users' sample pipelines (ci-examples/) against the published schemas, and actionlint
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.gitlab-ci ci-examples/gitlab/.gitlab-ci.yml
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows ci-examples/github/.github/workflows/*.yml
+	$(VENV)/bin/actionlint -config-file ci-examples/github/.github/actionlint.yaml -shellcheck= -pyflakes= \
+	  ci-examples/github/.github/workflows/*.yml
 
 .PHONY: test
 test: sysdeps venv ## run the whole test suite on this machine (CPU; starts Docker if needed)
@@ -65,16 +72,33 @@ comma := ,
 # Optional knobs (none is a version): BASE_IMAGE (a ready CANN image), STACK_IMAGE (a ready `stack` stage: only the
 # patched and bundle stages are built on it), CA_BUNDLE (PEM file, passed as a BuildKit secret, never in a layer),
 # PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / PIP_TRUSTED_HOST / TORCH_INDEX_URL (mirrors), HTTP_PROXY / HTTPS_PROXY /
-# NO_PROXY (taken from the environment), ALLOW_UNVERIFIED_CANN=1, PLATFORM=linux/arm64, NO_CACHE=1.
+# NO_PROXY (taken from the environment), ALLOW_UNVERIFIED_CANN=1, PLATFORM=linux/arm64, NO_CACHE=1,
+# CACHE_FROM / CACHE_TO (the builder's --cache-from / --cache-to, e.g. the previous build's cache in a registry).
 IMAGE_OPTS = $(foreach v,BASE_IMAGE STACK_IMAGE PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST TORCH_INDEX_URL \
   ALLOW_UNVERIFIED_CANN HTTP_PROXY HTTPS_PROXY NO_PROXY,$(if $($(v)),--build-arg=$(v)=$($(v)))) \
   $(if $(CA_BUNDLE),--secret id=ca_bundle$(comma)src=$(CA_BUNDLE)) $(if $(PLATFORM),--platform=$(PLATFORM)) \
-  $(if $(filter podman,$(notdir $(ENGINE))),--format docker) $(if $(NO_CACHE),--no-cache)
+  $(if $(filter podman,$(notdir $(ENGINE))),--format docker) $(if $(NO_CACHE),--no-cache) \
+  $(if $(CACHE_FROM),--cache-from=$(CACHE_FROM)) $(if $(CACHE_TO),--cache-to=$(CACHE_TO))
+# The OCI labels of the bundle itself: package version, commit (+dirty for uncommitted changes), repository, and the
+# commit's time as the creation time (one commit, one label set: a rebuild of it stays cached to the last layer).
+GIT_REVISION = $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+IMAGE_SOURCE ?= $(shell git remote get-url origin 2>/dev/null || echo unknown)
+IMAGE_LABEL_ARGS = --build-arg=ROLLOUT8_VERSION=$(shell $(LOCK_CLI) --get version) \
+  --build-arg=ROLLOUT8_REVISION=$(or $(GIT_REVISION),unknown) --build-arg=ROLLOUT8_SOURCE=$(IMAGE_SOURCE) \
+  --build-arg=ROLLOUT8_CREATED=$(or $(shell git log -1 --format=%cI 2>/dev/null),unknown)
 IMAGE_TEST_FLAGS ?=
 
 .PHONY: lock-check
 lock-check: ## validate versions.lock.yaml (full commit ids, exact versions, sha256 slots)
 	$(LOCK_CLI) --check
+
+.PHONY: python-lock
+python-lock: venv ## regenerate the hashed Python lock docker/requirements/<layer>-<arch>.txt (uv; a connected machine)
+	$(PY) scripts/python-lock.py --uv $(VENV)/bin/uv
+
+.PHONY: base-digest
+base-digest: ## pull the lock's base image and write its digest into the lock (base_image.digest; builds then refuse others)
+	bash scripts/base-digest.sh $(ENGINE) $(LOCK)
 
 .PHONY: versions-table
 versions-table: ## regenerate README.md's version table from the lock
@@ -82,15 +106,18 @@ versions-table: ## regenerate README.md's version table from the lock
 
 .PHONY: image
 image: lock-check ## build the pinned image (BuildKit; CANN installers in docker/cann/ or BASE_IMAGE=...)
-	DOCKER_BUILDKIT=1 $(ENGINE) build -f docker/Dockerfile $(shell $(LOCK_CLI) --build-args) $(strip $(IMAGE_OPTS)) -t $(IMAGE) .
+	DOCKER_BUILDKIT=1 $(ENGINE) build -f docker/Dockerfile $(shell $(LOCK_CLI) --build-args) $(strip $(IMAGE_LABEL_ARGS) $(IMAGE_OPTS)) -t $(IMAGE) .
 
 .PHONY: image-save
-image-save: ## write the image as out/<image>.tar.gz plus .sha256 and .json (id, architecture), for air-gapped nodes
+image-save: ## write out/<image>.tar.gz plus .sha256 and .json, for air-gapped nodes; prints the image id and the sha256
 	bash scripts/image-save.sh $(IMAGE) $(IMAGE_TARBALL) $(ENGINE)
 
-.PHONY: test-image
-test-image: ## run tests/image inside the built image (add the NPU device flags in IMAGE_TEST_FLAGS on an Atlas node)
+.PHONY: smoke
+smoke: ## the image's smoke tests: tests/image inside the built image (NPU device flags in IMAGE_TEST_FLAGS on an Atlas node)
 	$(ENGINE) run --rm $(IMAGE_TEST_FLAGS) $(IMAGE) python3 -m pytest -p no:cacheprovider -q -rs /opt/rollout8/tests/image
+
+.PHONY: test-image
+test-image: smoke ## the same as smoke (its older name)
 
 ENGINE_VENV ?= .cache/engine-venv
 .PHONY: engine-venv
@@ -106,8 +133,11 @@ patches-check: venv ## patches apply once to the pinned upstream files (PyPI whe
 	$(PY) -m pytest tests/unit/test_patches.py tests/unit/test_flashrl_patched.py tests/unit/test_flashrl_requant.py tests/unit/test_activate.py $(PYTEST_ARGS)
 
 .PHONY: accept-npu
+# ACCEPT_IMAGE=<image>: run the suite inside that image (an Atlas CI runner), with the NPU devices and driver mounts in
+# IMAGE_TEST_FLAGS (ci-examples/ has the list the runtime role uses).
+ACCEPT_IMAGE ?=
 accept-npu: ## on the first real Ascend node, before training: NPU env, CANN pairing, Ray NPU visibility, int8 load, reload, logs, speed, 7B sync time, two-node HCCL (PASS/FAIL)
-	bash scripts/accept-npu.sh $(PYTEST_ARGS)
+	$(if $(ACCEPT_IMAGE),$(ENGINE) run --rm $(IMAGE_TEST_FLAGS) $(ACCEPT_IMAGE) bash /opt/rollout8/scripts/accept-npu.sh,bash scripts/accept-npu.sh) $(PYTEST_ARGS)
 
 BENCH_ARGS ?=
 .PHONY: bench

@@ -6,10 +6,12 @@
 set -euo pipefail
 dir=$1
 ascend_home=${ASCEND_HOME:-/usr/local/Ascend}
-case "${TARGETARCH:-$(uname -m)}" in
-  arm64|aarch64) arch=AARCH64 ;;
-  amd64|x86_64) arch=X86_64 ;;
-  *) echo "install-cann: unsupported architecture ${TARGETARCH:-$(uname -m)}" >&2; exit 1 ;;
+# The target's architecture is the TARGETARCH build arg (set by the builder), not the build machine's `uname -m`.
+case "${TARGETARCH:-}" in
+  arm64) arch=AARCH64 ;;
+  amd64) arch=X86_64 ;;
+  "") echo "install-cann: TARGETARCH is empty: build with BuildKit or podman (make image), which set it" >&2; exit 1 ;;
+  *) echo "install-cann: unsupported architecture $TARGETARCH (arm64 or amd64)" >&2; exit 1 ;;
 esac
 work=$(mktemp -d)
 for kind in TOOLKIT KERNELS NNAL; do

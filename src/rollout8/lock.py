@@ -7,7 +7,7 @@ versions, sha256 slots empty or 64 hex, ...) with errors that name the field, an
 - `--build-args`: the `--build-arg K=V` list for `docker build` (the Makefile's `image` target uses it),
 - `--env`: KEY=VALUE lines (the same keys as the build args),
 - `--markdown`: the README's version table,
-- `--constraints`: the pip constraints file the image build installs under,
+- `--constraints`: the PyPI pins as a pip constraints file (`make python-lock` resolves the hashed lock under them),
 - `--json`: the whole lock plus the derived values,
 - `--get KEY`: one derived value (`image`, `digest`, or any build-arg KEY),
 - `--cann-files [DIR]`: the CANN installers the lock expects, checked against those in DIR (docker/cann),
@@ -222,9 +222,6 @@ class Lock(_Strict):
             args[f"{_key(name)}_COMMIT"] = pin.commit
         for name, url in self.indexes.items():
             args[f"{_key(name)}_INDEX"] = url
-        for name, reqs in self.unpinned_deps.items():
-            args[f"{_key(name)}_DEPS"] = " ".join(reqs)
-        args["PIP_CONSTRAINTS"] = " ".join(self.constraint_lines())
         args["SOC_VERSION"] = self.soc_version
         args["ROLLOUT8_LOCK_DIGEST"] = self.digest()
         return args
@@ -359,12 +356,35 @@ def update_readme(lock: Lock, path: Path) -> bool:
     return True
 
 
+def set_base_digest(path: Path, digest: str) -> None:
+    """Write base_image.digest into the lock file in place (its comments and layout kept)."""
+    if not DIGEST_RE.match(digest):
+        raise LockError(f"{digest!r}: a digest is 'sha256:' and 64 lowercase hex digits")
+    text = path.read_text()
+    new, count = re.subn(r'^(base_image:\n(?:[ \t]+#.*\n|[ \t]+name:.*\n)*[ \t]+digest:[ \t]*)"[^"\n]*"',
+                         lambda m: f'{m.group(1)}"{digest}"', text, count=1, flags=re.MULTILINE)
+    if count != 1:
+        raise LockError(f"{path}: no base_image.digest line found to fill")
+    load_lock_text(new, path)
+    atomic_write(path, new, mode=path.stat().st_mode & 0o777)
+
+
+def load_lock_text(text: str, path: Path | str) -> Lock:
+    try:
+        return Lock.model_validate(yaml.safe_load(text))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise LockError(f"{path}: the edited lock does not validate: {exc}") from None
+
+
 def get_value(lock: Lock, key: str) -> str:
+    if key == "version":
+        from . import __version__
+        return __version__
     if key == "image":
         return lock.image_ref()
     if key == "digest":
         return lock.digest()
     args = lock.build_args()
     if key not in args:
-        raise LockError(f"unknown key {key!r}: use image, digest or one of {', '.join(args)}")
+        raise LockError(f"unknown key {key!r}: use version, image, digest or one of {', '.join(args)}")
     return args[key]

@@ -14,7 +14,7 @@ PKG = REPO / "src" / "rollout8"
 
 # Layer of each top-level part of the package; a module may import only from its own layer or lower ones.
 LAYERS = {
-    "errors": 0, "findings": 0, "paths": 0, "fileutil": 0, "lock": 0, "peak_memory": 0,
+    "errors": 0, "findings": 0, "paths": 0, "fileutil": 0, "lock": 0, "pylock": 0, "peak_memory": 0,
     "quant": 1, "results": 1,
     "spec": 2,
     "node": 3,

@@ -38,6 +38,8 @@ DOCKERFILE = ROOT / "docker" / "Dockerfile"
 NON_PIN_ARGS = {
     "BASE_IMAGE", "STACK_IMAGE", "TARGETARCH", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST",
     "TORCH_INDEX_URL", "ALLOW_UNVERIFIED_CANN",
+    # the bundle's own OCI labels (make image computes them from the checkout, not from the lock)
+    "ROLLOUT8_VERSION", "ROLLOUT8_REVISION", "ROLLOUT8_SOURCE", "ROLLOUT8_CREATED",
 }
 # Other spellings of a pinned distribution's name in code (import name, env-var style).
 ALIASES = {"flash-llm-rl": ["flash_rl", "flashrl"], "torch_npu": ["torch-npu"]}
@@ -260,7 +262,11 @@ def test_make_image_is_one_docker_build_with_the_lock_args(lock):
         elif tok == "--build-arg":
             key, _, value = argv[i + 1].partition("=")
             given[key] = value
+    labels = {k: given.pop(k) for k in ("ROLLOUT8_VERSION", "ROLLOUT8_REVISION", "ROLLOUT8_SOURCE", "ROLLOUT8_CREATED")}
     assert given == lock.build_args()
+    from rollout8 import __version__
+
+    assert labels["ROLLOUT8_VERSION"] == __version__ and labels["ROLLOUT8_CREATED"]
     assert argv[argv.index("-t") + 1] == lock.image_ref()
     assert argv[argv.index("-f") + 1] == "docker/Dockerfile"
 

@@ -17,9 +17,11 @@ from ..lock import (
     format_table,
     get_value,
     load_lock,
+    set_base_digest,
     update_readme,
 )
 from ..paths import lock_path
+from ..pylock import unpinned_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt.add_argument("--markdown", action="store_true", help="print the README version table")
     fmt.add_argument("--constraints", action="store_true", help="print the pip constraints file of the PyPI pins")
     fmt.add_argument("--json", action="store_true", help="print the lock and its derived values as JSON")
-    fmt.add_argument("--get", metavar="KEY", help="print one value: image, digest, or a build-arg key")
-    fmt.add_argument("--check", action="store_true", help="only validate (exit 0 and print one line if valid)")
+    fmt.add_argument("--get", metavar="KEY", help="print one value: version, image, digest, or a build-arg key")
+    fmt.add_argument("--check", action="store_true",
+                     help="validate, check the hashed Python lock (docker/requirements/) is current and hashed, and "
+                          "report what is still unpinned (exit 1 on a problem, not on what is reported)")
+    fmt.add_argument("--set-base-digest", metavar="DIGEST",
+                     help="write base_image.digest (sha256:...) into the lock file (make base-digest)")
     fmt.add_argument("--cann-files", metavar="DIR", type=Path, nargs="?", const=Path("docker/cann"),
                      help="list the CANN installers the lock expects and check those in DIR (default docker/cann)")
     fmt.add_argument("--update-readme", metavar="FILE", type=Path,
@@ -62,8 +68,20 @@ def run(args: argparse.Namespace) -> int:
     elif args.update_readme:
         changed = update_readme(lock, args.update_readme)
         print(f"{args.update_readme}: version table {'updated' if changed else 'already up to date'}")
+    elif args.set_base_digest:
+        path = args.lock or lock_path()
+        set_base_digest(path, args.set_base_digest)
+        print(f"{path}: base_image.digest = {args.set_base_digest}")
     elif args.check:
-        print(f"{args.lock or lock_path()}: valid (digest {lock.digest()[:12]})")
+        path = args.lock or lock_path()
+        problems, floating = unpinned_report(lock, path)
+        for line in floating:
+            print(f"still unpinned: {line}")
+        for line in problems:
+            print(f"PROBLEM: {line}")
+        if problems:
+            raise LockError(f"{path}: {len(problems)} problem(s) with the hashed Python lock (see above)")
+        print(f"{path}: valid (digest {lock.digest()[:12]})")
     else:
         print(format_table(lock))
     return 0

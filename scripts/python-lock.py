@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Generate the hashed Python lock (`make python-lock`, on a connected machine): docker/requirements/<layer>-<arch>.txt.
+
+For each architecture (aarch64, x86_64) and each layer of rollout8.pylock.LAYERS, root first:
+    uv pip compile <layer input> -c <the layer's pins + its ancestors' versions + resolve-as.txt>
+        --overrides <the layer's pins>
+        --generate-hashes --python-version <lock python> --python-platform <arch>-manylinux_2_35
+then leaves out what is not the layer's own: mission pins, packages an ancestor layer already installs, and on x86_64
+CUDA-only packages and those taken from the torch index. The header records the inputs' sha256
+(`rollout8 lock --check` reports a stale file). Index: uv's default (PyPI) or UV_INDEX_URL / UV_DEFAULT_INDEX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from rollout8 import pylock  # noqa: E402
+from rollout8.lock import ARCHES, load_lock, normalize  # noqa: E402
+
+
+def blocks(text: str) -> list[tuple[str, str, str]]:
+    """uv's output as (normalized name, version, the block's text) per package."""
+    out, current = [], []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not line[0].isspace() and current:
+            out.append(current)
+            current = []
+        current.append(line)
+    if current:
+        out.append(current)
+    parsed = []
+    for block in out:
+        match = pylock.LINE.match(block[0])
+        if not match:
+            sys.exit(f"python-lock: unexpected uv output line {block[0]!r}")
+        parsed.append((normalize(match.group(1)), match.group(2), "\n".join(block)))
+    return parsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lock", type=Path, default=ROOT / "versions.lock.yaml")
+    parser.add_argument("--uv", default=shutil.which("uv") or str(Path(sys.executable).parent / "uv"))
+    parser.add_argument("--arch", choices=ARCHES, action="append", help="only this architecture (repeatable)")
+    args = parser.parse_args()
+    lock = load_lock(args.lock)
+    folder = pylock.requirements_dir(args.lock)
+    pinned = pylock.pinned_names(lock)
+    for arch in args.arch or ARCHES:
+        versions: dict[str, dict[str, str]] = {}  # layer -> its own packages
+        for layer in pylock.LAYERS:
+            ancestors = [x.name for x in pylock.chain(layer.name)[:-1]]
+            inherited = {n: v for a in ancestors for n, v in versions[a].items()}
+            pins = pylock.pins_for(lock, folder, layer.name)
+            with tempfile.TemporaryDirectory() as tmp:
+                req = Path(tmp) / f"{layer.name}.in"
+                req.write_text(pylock.layer_input(lock, folder, layer.name))
+                cons = Path(tmp) / "constraints.txt"
+                cons.write_text("".join(f"{n}=={v}\n" for n, v in {**inherited, **pins}.items())
+                                + pylock.resolve_as(folder))
+                # The pins also override what a package asks for (x86_64 torch-npu asks for the +cpu local build
+                # of torch, which only the torch index serves; the pinned torch from PyPI has its dependencies).
+                over = Path(tmp) / "overrides.txt"
+                over.write_text("".join(f"{n}=={v}\n" for n, v in pins.items()))
+                cmd = [args.uv, "pip", "compile", str(req), "-c", str(cons), "--overrides", str(over),
+                       "--generate-hashes", "--no-header",
+                       "--no-annotate", "--quiet", "--python-version", lock.python,
+                       "--python-platform", pylock.PLATFORMS[arch]]
+                print(f">> {layer.name} {arch}: uv pip compile", file=sys.stderr, flush=True)
+                result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                sys.exit(f"python-lock: {layer.name} {arch}: uv failed:\n{result.stderr[-3000:]}")
+            kept, left = [], []
+            own: dict[str, str] = {}
+            for name, version, text in blocks(result.stdout):
+                if name in pinned or name in inherited or normalize(name) in ("transformers",):
+                    continue
+                if arch == "x86_64" and (pylock.CUDA_ONLY.match(name) or name in pylock.TORCH_INDEX_ONLY):
+                    left.append(f"{name}=={version}")
+                    continue
+                own[name] = version
+                kept.append(text)
+            versions[layer.name] = own
+            header = [
+                f"# docker/requirements/{layer.name}-{arch}.txt: layer `{layer.name}` of the hashed Python lock"
+                f" ({layer.stage} stage), Python {lock.python}, {arch}.",
+                "# Generated by `make python-lock` (scripts/python-lock.py: uv pip compile --generate-hashes) from "
+                f"{layer.name}.in and versions.lock.yaml: do not edit.",
+                f"# Installed with pip install --require-hashes --no-deps. Parent layer: {layer.parent or '(none)'}.",
+                f"# Resolved under the lock's pins of: {', '.join(pins) or '(none)'} (versions.lock.yaml; installed by"
+                " exact version, never from this file)",
+            ]
+            if left:
+                header.append(f"# Left out (CUDA-only on PyPI, or from the torch index on x86_64): {' '.join(left)}")
+            header.append(f"{pylock.HEADER_INPUTS}{pylock.inputs_digest(lock, folder, layer.name, arch)}")
+            path = pylock.layer_file(folder, layer.name, arch)
+            path.write_text("\n".join(header) + "\n" + "".join(f"{t}\n" for t in kept))
+            print(f"   {path.relative_to(ROOT)}: {len(kept)} packages", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
