@@ -104,7 +104,9 @@ def _profile(output_scale, input_scale) -> dict:
 
 def _both(reference, patched, weight, profile):
     theirs = reference.linear_quantize(NAME, weight, profile)
+    threads = torch.get_num_threads()
     ours = patched.linear_quantize(NAME, weight, profile)
+    assert torch.get_num_threads() == threads  # the patch's one-thread block loop gives the threads back
     assert ours.dtype == theirs.dtype == torch.int8
     assert ours.shape == theirs.shape
     assert torch.equal(ours, theirs), f"{(ours != theirs).sum().item()} of {ours.numel()} int8 values differ"
