@@ -41,7 +41,8 @@ def actor(pair):
 
 def worst_gap(step: dict, actor) -> float:
     temperature = step["params"]["temperature"]
-    gaps = [abs(a - b) for prompt, tokens, rollout in zip(step["prompts"], step["tokens"], step["logprobs"], strict=True)
+    samples = zip(step["prompts"], step["tokens"], step["logprobs"], strict=True)
+    gaps = [abs(a - b) for prompt, tokens, rollout in samples
             for a, b in zip(rollout, actor(prompt, tokens, temperature), strict=True)]
     return max(gaps)
 

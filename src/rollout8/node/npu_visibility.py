@@ -5,7 +5,8 @@ to its ids, and a process that holds none (Ray 2.46's job supervisor, whose chil
 entrypoint: verl's driver) gets it set to the empty string, so `torch.npu.is_available()` is False there (ray
 #59063; the supervisor sets CUDA's no-set flag only, fixed after 2.46 by ray PR #59163). What protects a run is
 RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 in the environment of `ray start` on every node: every worker
-inherits it and Ray then leaves the variable alone (`NPUAcceleratorManager.set_current_process_visible_accelerator_ids`).
+inherits it and Ray then leaves the variable alone
+(`NPUAcceleratorManager.set_current_process_visible_accelerator_ids`).
 
 Asked by the smoke job in its driver (the job entrypoint) and in a Ray worker holding the node's NPUs. On a CPU
 node (the simulated cluster) the same custom `NPU` resource makes Ray behave exactly this way, so the judgment

@@ -228,7 +228,8 @@ def run_job(plan: dict, expected_nodes: int | None, timeout: float) -> dict:
     verdict["ok"] &= driver_ok
     print(f"smoke-job: driver cann {'ok  ' if driver_ok else 'FAIL'} {driver_cann}", flush=True)
     seen = npu_visibility()
-    visible_ok, visible = judge_npu_visibility(seen, "the driver (the job's entrypoint)", plan.get("accelerator", "npu"))
+    accelerator = plan.get("accelerator", "npu")
+    visible_ok, visible = judge_npu_visibility(seen, "the driver (the job's entrypoint)", accelerator)
     verdict["driver_npu_visibility"] = {"ok": visible_ok, "detail": visible, **seen}
     verdict["ok"] &= visible_ok
     print(f"smoke-job: driver npu-visible {'ok  ' if visible_ok else 'FAIL'} {visible}", flush=True)
