@@ -35,6 +35,7 @@ torch = pytest.importorskip("torch")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 QUANT, RELOAD, SETUP = "0001-int8-quantizer-device.patch", "0002-reload-on-param-device.patch", \
     "0003-setup-append-bf16.patch"
+CHUNKED = "0004-int8-requant-in-row-blocks.patch"
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +202,11 @@ def test_host_reload_switch_restores_upstream_allocation(flashrl, tmp_path):
 
 
 @pytest.mark.slow
-def test_patched_reload_on_cpu_quantizes_into_the_original_storage(flashrl, tmp_path):
-    result, _ = _run_reload(flashrl(QUANT, RELOAD), tmp_path, "cpu")
+@pytest.mark.parametrize("requant", [(), (CHUNKED,)], ids=["whole-tensor requant", "row-block requant (0004)"])
+def test_patched_reload_on_cpu_quantizes_into_the_original_storage(flashrl, tmp_path, requant):
+    """Also with 0004 (tests/unit/test_flashrl_requant.py tests it alone): through FlashRL's own load_weights hook
+    the int8 values written into the original storage are the same."""
+    result, _ = _run_reload(flashrl(QUANT, RELOAD, *requant), tmp_path, "cpu")
     assert result["same_storage"]
     weights = torch.load(tmp_path / "weights.pt")
     profile = torch.load(tmp_path / "profile.pt")
