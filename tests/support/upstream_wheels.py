@@ -6,10 +6,12 @@ Tests unpack into their own tmp dirs: the .venv's installed copies are never pat
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -66,3 +68,13 @@ def unpack(whl: Path, dest: Path, package: str) -> Path:
 def copy_tree(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest)
     return dest
+
+
+def load_quantization(site: Path):
+    """flash_rl/flash_quantization.py of one unpacked copy, as a standalone module (it imports only torch and
+    transformers), under a fresh name so several copies (patched or not) load side by side."""
+    path = site / "flash_rl" / "flash_quantization.py"
+    spec = importlib.util.spec_from_file_location(f"flashq_{uuid.uuid4().hex}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -16,12 +16,10 @@ there with `rollout8.node.patches` (some tests apply only some patches, to keep 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -62,15 +60,6 @@ def flashrl(flashrl_pristine, tmp_path_factory):
     return make
 
 
-def _load_quantization(site: Path):
-    """flash_rl/flash_quantization.py of one copy, as a standalone module (it imports only torch/transformers)."""
-    path = site / "flash_rl" / "flash_quantization.py"
-    spec = importlib.util.spec_from_file_location(f"flashq_{uuid.uuid4().hex}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _small_profile():
     gen = torch.Generator().manual_seed(0)
     w = (torch.randn(8, 16, generator=gen) * 0.05).to(torch.bfloat16)
@@ -83,14 +72,14 @@ def _small_profile():
 # ------------------------------------------------------------------------------------------- quantizer (0001)
 def test_unpatched_quantizer_needs_cuda(flashrl):
     w, profile = _small_profile()
-    unpatched = _load_quantization(flashrl())
+    unpatched = uw.load_quantization(flashrl())
     with pytest.raises((AssertionError, RuntimeError), match="Torch not compiled with CUDA enabled"):
         unpatched.linear_quantize("q.weight", w, profile)
 
 
 def test_patched_quantizer_runs_on_cpu(flashrl):
     w, profile = _small_profile()
-    patched = _load_quantization(flashrl(QUANT))
+    patched = uw.load_quantization(flashrl(QUANT))
     q = patched.linear_quantize("q.weight", w, profile)
     p = profile["q.weight"]
     expected = torch.round(w * p["output_scale"] * p["input_scale"]).clamp(-128, 127).to(torch.int8)
@@ -110,7 +99,7 @@ def test_patched_quantizer_reproduces_w8a8_checkpoint_within_one_lsb(flashrl, mo
 
     pair = model_pair
     profile = compute_profile(pair.bf16, pair.int8)
-    quant = _load_quantization(flashrl(QUANT))
+    quant = uw.load_quantization(flashrl(QUANT))
     bf16, int8 = Checkpoint(pair.bf16), Checkpoint(pair.int8)
 
     linear = [n for n, e in profile.items() if e["type"] == torch.int8]

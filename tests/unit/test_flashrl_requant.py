@@ -16,7 +16,6 @@ test next to it shows.
 from __future__ import annotations
 
 import importlib.util
-import uuid
 from pathlib import Path
 
 import pytest
@@ -41,14 +40,6 @@ MODEL_SHAPES = [
 ]
 
 
-def _load(site: Path):
-    path = site / "flash_rl" / "flash_quantization.py"
-    spec = importlib.util.spec_from_file_location(f"flashq_{uuid.uuid4().hex}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory) -> dict[str, Path]:
     whl = uw.wheel("flash-llm-rl", uw.locked_pypi_version("flash-llm-rl"))
@@ -64,7 +55,7 @@ def sites(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def quantizers(sites):
-    reference, patched = _load(sites["reference"]), _load(sites["patched"])
+    reference, patched = uw.load_quantization(sites["reference"]), uw.load_quantization(sites["patched"])
     assert not hasattr(reference, "int8_in_row_blocks")  # the reference is upstream's arithmetic
     return reference, patched
 
