@@ -33,6 +33,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .npu_visibility import NOSET
+
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 STEPS = ("environment", "cann-pairing", "ray-npu", "loading", "reload", "logs", "speed", "weight-sync", "hccl")
 MAX_LSB = 1  # FlashRL's fitted up/down factor moves a few entries by one LSB from the checkpoint (stack-facts)
@@ -353,6 +355,11 @@ def check_logs(returncode: int, output: str) -> StepResult:
 
 
 # ------------------------------------------------------------------------------------------------ cann-pairing
+def _last_line(output: str) -> str:
+    """The output's last non-blank line, stripped ("(no output)" if there is none)."""
+    return next((ln.strip() for ln in reversed(output.strip().splitlines()) if ln.strip()), "(no output)")
+
+
 _UNDEFINED = re.compile(r"(?:(\S+\.so[\w.]*):\s*)?undefined symbol:\s*(\S+)")
 _MISSING_LIB = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 # Imports torch_npu, loads its ATB op library (where Ascend/pytorch #99 failed: nnal's libtbe_adapter.so, loaded by
@@ -390,7 +397,7 @@ def classify_import_failure(output: str) -> tuple[str, str]:
         return "missing-library", f"{m.group(1)} not found"
     if re.search(r"No module named '?torch_npu'", output):
         return "absent", "torch_npu is not installed in this interpreter"
-    last = next((ln.strip() for ln in reversed(output.strip().splitlines()) if ln.strip()), "(no output)")
+    last = _last_line(output)
     return "other", last[-300:]
 
 
@@ -424,7 +431,6 @@ def check_cann_pairing(probe: ImportProbe, lock) -> StepResult:
 
 # ------------------------------------------------------------------------------------------------ ray-npu
 PROBE_MARK = "ROLLOUT8_NPU_PROBE "
-NOSET = "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"
 
 
 DEFAULT_RAY_JOB_API = "http://127.0.0.1:8265"  # the job API stays on loopback (README: the dashboard has no auth)
@@ -476,7 +482,7 @@ def check_ray_npu(*, returncode: int | None, output: str, skip: str | None = Non
     if skip:
         return StepResult("ray-npu", SKIP, skip)
     probes = parse_probes(output)
-    last = next((ln.strip() for ln in reversed(output.strip().splitlines()) if ln.strip()), "(no output)")
+    last = _last_line(output)
     if not probes:
         return StepResult("ray-npu", FAIL, f"the Ray job printed no probe line (ray job submit exited {returncode}: "
                                            f"{last[-300:]}): is Ray's job API reachable at the address given?")
