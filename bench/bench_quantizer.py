@@ -97,10 +97,7 @@ def _gbps(contenders: dict, nbytes: int) -> dict[str, float]:
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("requant_probe", Path(__file__).with_name("requant_probe.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load(Path(__file__).with_name("requant_probe.py"), "requant_probe")
 
 
 def bench(work_dir: Path) -> list[dict]:

@@ -46,7 +46,7 @@ from . import verl_keys
 from .render import Rendered, render
 from .runspec import RunSpec
 
-ROLLOUT = "actor_rollout_ref.rollout."
+ROLLOUT = verl_keys.ROLLOUT_PREFIX
 MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
 MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba")
 VERL_QUANT_LEAVES = ("quantization", "kv_cache_dtype", "quantization_config", "calculate_kv_scales", "quant_config")
