@@ -83,7 +83,7 @@ def main() -> int:
             kept, left = [], []
             own: dict[str, str] = {}
             for name, version, text in blocks(result.stdout):
-                if name in pinned or name in inherited or normalize(name) in ("transformers",):
+                if name in pinned or name in inherited:  # transformers is a pinned git source
                     continue
                 if arch == "x86_64" and (pylock.CUDA_ONLY.match(name) or name in pylock.TORCH_INDEX_ONLY):
                     left.append(f"{name}=={version}")
