@@ -90,6 +90,52 @@ def test_corrupted_profile_is_detected_and_replaced(sim_cluster: Cluster, conver
     assert sim_cluster.node("rollout8-sim-w2", "sha256sum", PROFILE).stdout.split()[0] == good
 
 
+def test_recheck_reads_nothing_and_rehash_repairs_a_silent_change(sim_cluster: Cluster, converged: Run):
+    """The no-change re-check trusts the arrival ledger (size, mtime, the sha256 read once at arrival): bytes changed
+    on a node with size and mtime put back are not seen, which proves it read no file; rollout8_artifacts_rehash
+    reads every file again, finds them and repairs that node alone, in one run."""
+    assert converged.rc == 0
+    good = sim_cluster.node("rollout8-sim-head", "sha256sum", PROFILE).stdout.split()[0]
+    sim_cluster.node("rollout8-sim-w1", "bash", "-c",
+                     f"t=$(stat -c %y {PROFILE}); printf silent | dd of={PROFILE} bs=1 seek=200 conv=notrunc; "
+                     f"touch -d \"$t\" {PROFILE}")
+    assert sim_cluster.node("rollout8-sim-w1", "sha256sum", PROFILE).stdout.split()[0] != good
+    quiet = sim_cluster.playbook("--tags", "artifacts")
+    assert quiet.rc == 0, quiet.output[-4000:]
+    assert all(r["changed"] == 0 for r in quiet.recap().values()), quiet.recap()
+    assert "TASK [artifacts : Seal" not in quiet.output or "skipping: [rollout8-sim-w1]" in quiet.output
+    rehash = sim_cluster.playbook("--tags", "artifacts", "-e", "rollout8_artifacts_rehash=true")
+    assert rehash.rc == 0, rehash.output[-4000:]
+    assert rehash.recap()["rollout8-sim-w1"]["changed"] >= 1, rehash.recap()
+    assert sim_cluster.node("rollout8-sim-w1", "sha256sum", PROFILE).stdout.split()[0] == good
+    again = sim_cluster.playbook("--tags", "artifacts")
+    assert again.rc == 0 and all(r["changed"] == 0 for r in again.recap().values()), again.recap()
+
+
+def test_interrupted_transfer_resumes_from_its_partial_file(sim_cluster: Cluster, converged: Run):
+    """A transfer cut off leaves its partial file in the destination's .rollout8-partial/ (rsync --partial-dir):
+    the next run sends only what the partial file lacks (rsync's matched bytes), renames the complete file into
+    place, seals it and leaves no partial directory."""
+    assert converged.rc == 0
+    model = json.loads(sim_cluster.node("rollout8-sim-head", "cat", PLAN).stdout)["node_paths"]["bf16"]
+    shard = f"{model}/model.safetensors"
+    size = int(sim_cluster.node("rollout8-sim-w2", "stat", "-c", "%s", shard).stdout)
+    good = sim_cluster.node("rollout8-sim-w2", "sha256sum", shard).stdout.split()[0]
+    # what an interrupted rsync leaves: the first part of the file, in the partial directory, the file not there
+    sim_cluster.node("rollout8-sim-w2", "bash", "-c",
+                     f"mkdir -p {model}/.rollout8-partial && head -c {size * 3 // 4} {shard} "
+                     f"> {model}/.rollout8-partial/model.safetensors && rm {shard}")
+    run = sim_cluster.playbook("--tags", "artifacts")
+    assert run.rc == 0, run.output[-4000:]
+    assert run.recap()["rollout8-sim-w2"]["changed"] >= 1
+    assert run.recap()["rollout8-sim-head"]["changed"] == 0 and run.recap()["rollout8-sim-w1"]["changed"] == 0
+    sent = re.search(r"rollout8-sim-w2: bf16: ([0-9.]+) MB sent, ([0-9.]+) MB matched", one_line(run.output))
+    assert sent, run.output[-3000:]
+    assert float(sent[2]) * 1e6 >= size // 2 > float(sent[1]) * 1e6, sent[0]  # most of it came from the partial
+    assert sim_cluster.node("rollout8-sim-w2", "sha256sum", shard).stdout.split()[0] == good
+    assert sim_cluster.node("rollout8-sim-w2", "test", "-e", f"{model}/.rollout8-partial", check=False).returncode != 0
+
+
 def test_env_not_exported_before_ray_start_is_caught(sim_cluster: Cluster, converged: Run):
     """Ray started without the run's environment, the smoke job submitted with FLASHRL_CONFIG for its driver only.
     Stack-facts trap 2: FLASHRL_CONFIG never reaches the workers. ray #59063: without

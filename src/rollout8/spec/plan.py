@@ -14,7 +14,9 @@
   id: the same plan gives the same id, so a re-run does not launch a finished job twice), `image` (the training
   image of this bundle's lock, `rollout8 lock --get image`, what `make image` tags: the roles' default
   rollout8_image; not part of the job's identity, since an inventory may name another), `shared_dir` and
-  `checkpoint_dir` (cluster.shared_dir, proven shared by preflight; verl's checkpoints, resumed by a resubmission).
+  `checkpoint_dir` (cluster.shared_dir, proven shared by preflight; verl's checkpoints, resumed by a resubmission);
+- `arrival.json`: the copies again, each with its files (node path, size, sha256): what the artifacts role sends
+  with rsync and what each node's arrival ledger (`<deploy root>/.rollout8-arrival.json`) is checked against.
 
 The same inputs always give byte-identical files, so Ansible sees no change on a re-run. Checksums are cached in
 DIR/.sha256-cache.json by (path, size, mtime) so a re-run does not re-read large models.
@@ -39,6 +41,8 @@ from .render import FLASHRL_FILE, LAUNCH_FILE, launch_text, render
 from .runspec import RunSpec, load_spec
 
 PLAN_FILE = "rollout8-plan.json"
+ARRIVAL_FILE = "arrival.json"
+LEDGER_FILE = ".rollout8-arrival.json"
 CACHE_FILE = ".sha256-cache.json"
 SCHEMA = 1
 
@@ -109,6 +113,22 @@ def _checksums(what: str, local: Path, cache: dict) -> dict[str, str]:
     return {what: cached(local)}
 
 
+def arrivals(plan: Plan) -> dict:
+    """What the artifacts role sends and seals (DIR/arrival.json): the plan's copies, each with its files (node
+    path, size, the controller's sha256), and the node ledger where each node records what arrived."""
+    copies = []
+    for copy in plan.copies:
+        if copy.kind == "file":
+            files = [(copy.dest, Path(copy.src), plan.sha256[copy.what])]
+        else:
+            prefix = f"{copy.what}/"
+            files = [(f"{copy.dest}/{key[len(prefix):]}", Path(copy.src) / key[len(prefix):], sha)
+                     for key, sha in plan.sha256.items() if key.startswith(prefix)]
+        copies.append({**copy.model_dump(), "files": [{"path": dest, "size": src.stat().st_size, "sha256": sha}
+                                                       for dest, src, sha in files]})
+    return {"ledger": f"{plan.deploy_root}/{LEDGER_FILE}", "copies": copies}
+
+
 def refuse_check_errors(spec: RunSpec, source: str | Path) -> None:
     """`rollout8 check`'s rules, once: any error stops the plan, each finding on its own line."""
     errors = [f for f in check_rules.run_checks(spec) if f.level == "error"]
@@ -174,5 +194,9 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     plan_file = out / PLAN_FILE
     if not plan_file.is_file() or plan_file.read_text() != text:
         atomic_write(plan_file, text)
+    arrival = json.dumps(arrivals(plan), indent=1, sort_keys=True) + "\n"
+    arrival_file = out / ARRIVAL_FILE
+    if not arrival_file.is_file() or arrival_file.read_text() != arrival:
+        atomic_write(arrival_file, arrival)
     atomic_write(cache_file, json.dumps(cache, sort_keys=True))
     return plan
