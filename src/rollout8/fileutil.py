@@ -70,6 +70,16 @@ def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], object],
     return path
 
 
+def atomic_symlink(link: Path, target: str) -> Path:
+    """Point `link` at `target` through a temporary sibling and one rename (never absent, never half-made)."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f"{_tmp_prefix(link)}link")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+    return link
+
+
 def _publish(tmp: Path, out: Path) -> None:
     """Swap `tmp` in as `out`, keeping the old `out` until the new one is in place."""
     if not out.exists():

@@ -86,7 +86,7 @@ def test_corrupted_profile_is_detected_and_replaced(sim_cluster: Cluster, conver
     recap = run.recap()
     assert recap["rollout8-sim-w2"]["changed"] >= 1
     assert recap["rollout8-sim-head"]["changed"] == 0 and recap["rollout8-sim-w1"]["changed"] == 0
-    assert re.search(r"changed: \[rollout8-sim-w2\] => \(item=profile ->", run.output), run.output[-3000:]
+    assert re.search(r"rollout8-sim-w2: profile: [0-9.]+ MB sent", one_line(run.output)), run.output[-3000:]
     assert sim_cluster.node("rollout8-sim-w2", "sha256sum", PROFILE).stdout.split()[0] == good
 
 

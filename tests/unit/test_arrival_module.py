@@ -61,7 +61,8 @@ def test_check_on_an_empty_node_sends_every_copy(tmp_path):
     assert rc == 0, out
     assert out["stale"] == list(n["content"])
     assert out["send"] == n["copies"]
-    assert (out["current"], out["files"], out["plan_stale"], out["changed"]) == (0, 3, True, False)
+    # changed: it made the destination directories of what it sends (see the next test)
+    assert (out["current"], out["files"], out["plan_stale"], out["changed"]) == (0, 3, True, True)
 
 
 def test_seal_records_the_ledger_and_writes_the_plan_then_check_finds_nothing_to_send(tmp_path):
@@ -158,3 +159,78 @@ def test_seal_leaves_no_temporary_files(tmp_path):
     leftovers = [p.name for p in n["root"].rglob(".arrival-*")]
     assert leftovers == []
     assert json.loads(Path(n["ledger"]).read_text())  # the ledger is whole JSON
+
+
+def test_check_makes_the_destination_directories_of_what_it_sends(tmp_path):
+    """rsync makes only a destination's last directory: check makes the rest, for the copies it sends."""
+    n = node(tmp_path)
+    rc, out = call(tmp_path, n, "check")
+    assert rc == 0 and out["changed"] is True
+    assert (n["root"] / "model").is_dir() and sorted(out["made"]) == [str(n["root"]), str(n["root"] / "model")]
+    rc, again = call(tmp_path, n, "check")
+    assert rc == 0 and again["changed"] is False and again["made"] == []
+
+
+def _sent(n: dict, mtime_ns: int) -> dict:
+    """The files land with the controller's mtime (rsync -t); rsync's itemized output names them (`<f` lines,
+    relative to the deploy root it was sent to)."""
+    for path in n["content"]:
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+    for copy in n["copies"]:
+        for entry in copy["files"]:
+            entry["mtime_ns"] = mtime_ns
+    return {"rsync_root": str(n["root"]), "rsync_output": "<f+++++++++ model/weights.bin\n<f+++++++++ model/config.json"
+            "\n<f+++++++++ spec.yaml\n\nLiteral data: 4,096 bytes\n"}
+
+
+def test_seal_takes_rsyncs_verification_of_what_it_sent_and_reads_the_rest(tmp_path):
+    """A file rsync wrote (its whole-file checksum verified it) with the controller's size and mtime is recorded
+    with the controller's sha256 unread: a wrong byte planted after rsync is not seen in it, which proves it was
+    not read. A file rsync did not write (already there) is read: the same planted byte fails it."""
+    n = node(tmp_path)
+    arrive(n)
+    results = _sent(n, 1_700_000_000_123_456_789)
+    weights = f"{n['root']}/model/weights.bin"
+    data = bytearray(n["content"][weights])
+    data[7] ^= 1
+    Path(weights).write_bytes(bytes(data))
+    os.utime(weights, ns=(1_700_000_000_123_456_789,) * 2)
+    rc, out = run(tmp_path, ledger=n["ledger"], copies=n["copies"], mode="seal", **results)
+    assert rc == 0 and out["verified_by_rsync"] == 3 and out["read"] == 0, out
+    # the same file, not among what rsync wrote: read, differs, removed, the run fails naming it
+    others = dict(results, rsync_output=results["rsync_output"].replace("<f+++++++++ model/weights.bin\n", ""))
+    rc, out = run(tmp_path, ledger=n["ledger"], copies=n["copies"], mode="seal", **others)
+    assert rc == 1 and weights in out["msg"] and not Path(weights).exists(), out
+
+
+def test_seal_reads_a_sent_file_whose_mtime_is_not_the_controllers(tmp_path):
+    """The controller's file changed between the plan's sha256 and the send (another mtime): read, not trusted."""
+    n = node(tmp_path)
+    arrive(n)
+    results = _sent(n, 1_700_000_000_000_000_000)
+    spec = f"{n['root']}/spec.yaml"
+    os.utime(spec, ns=(1_700_000_999_000_000_000,) * 2)
+    rc, out = run(tmp_path, ledger=n["ledger"], copies=n["copies"], mode="seal", **results)
+    assert rc == 0 and out["verified_by_rsync"] == 2 and out["read"] == 1, out
+
+
+def test_seal_records_what_rsync_wrote_besides_the_stale_files(tmp_path):
+    """One rsync sends the whole tree: a file of a copy check found current, written again because the
+    controller's mtime moved (same bytes), must be recorded too, or the next check finds it stale."""
+    n = node(tmp_path)
+    arrive(n)
+    rc, _ = call(tmp_path, n, "seal")
+    assert rc == 0
+    results = _sent(n, 1_700_000_000_000_000_000)  # every file lands again, with the controller's new mtime
+    spec = f"{n['root']}/spec.yaml"
+    weights = f"{n['root']}/model/weights.bin"
+    rc, out = run(tmp_path, ledger=n["ledger"], copies=n["copies"], mode="seal", stale=[spec], **results)
+    assert rc == 0 and out["sealed"] == 3, out
+    rc, out = call(tmp_path, n, "check")
+    assert rc == 0 and out["stale"] == [], out
+    # without the rsync output, only the stale file is recorded: the others stay stale
+    results = _sent(n, 1_700_000_001_000_000_000)
+    rc, out = run(tmp_path, ledger=n["ledger"], copies=n["copies"], mode="seal", stale=[spec])
+    assert rc == 0 and out["sealed"] == 1, out
+    rc, out = call(tmp_path, n, "check")
+    assert rc == 0 and weights in out["stale"] and spec not in out["stale"], out

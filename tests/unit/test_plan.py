@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def tiny_spec(tmp_path, model_pair):
 def test_plan_checks_once_renders_in_process_and_uses_renders_env(tiny_spec, tmp_path, monkeypatch):
     calls = []
     real = check_module.run_checks
-    monkeypatch.setattr(check_module, "run_checks", lambda spec: calls.append(spec.name) or real(spec))
+    monkeypatch.setattr(check_module, "run_checks", lambda spec, *rest: calls.append(spec.name) or real(spec, *rest))
 
     def no_subprocess(*args, **kwargs):
         raise AssertionError(f"plan started a subprocess: {args}")
@@ -89,3 +90,19 @@ def test_plan_refuses_a_spec_check_refuses_naming_the_field(tiny_spec, tmp_path,
     assert not (tmp_path / "p" / PLAN_FILE).exists()
     assert main(["plan", str(bad), "-o", str(tmp_path / "p"), "--no-check"]) == 0
     assert "actor_rollout_ref.rollout.mode=async" in (tmp_path / "p" / "launch.sh").read_text()
+
+
+def test_plan_remembers_a_passing_profile_check_until_an_input_changes(tiny_spec, tmp_path, monkeypatch):
+    """The plan step's profile check (torch, a sampled verify-quant: seconds) runs once per set of inputs: a
+    second plan of the same files does not run it; a profile with another mtime runs it again."""
+    calls = []
+    real = check_module._check_profile
+    monkeypatch.setattr(check_module, "_check_profile", lambda c, s: calls.append(1) or real(c, s))
+    out = tmp_path / "plan"
+    build_plan(tiny_spec, out, "rollout8")
+    build_plan(tiny_spec, out, "rollout8")
+    assert len(calls) == 1
+    profile = tmp_path / "profile.pt"
+    os.utime(profile, ns=(profile.stat().st_mtime_ns + 10**9,) * 2)
+    build_plan(tiny_spec, out, "rollout8")
+    assert len(calls) == 2

@@ -35,6 +35,7 @@ Checked on a node by `make accept-npu` (tests/npu), not from the spec; each FAIL
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path, PurePosixPath
@@ -459,9 +460,35 @@ def check_models(c: _Collector, spec: RunSpec) -> None:
 PROFILE_SAMPLE = 4
 
 
-def check_profile(c: _Collector, spec: RunSpec) -> None:
+def _profile_inputs_key(spec: RunSpec) -> str:
+    """What check_profile's verdict depends on: this module's code and the profile's, the int8 and the bf16
+    model's files by path, size and mtime (the trust of the plan's sha256 cache)."""
+    files = [spec.model.profile_path] + sorted(p for d in (spec.model.int8, spec.model.bf16) if d and d.is_dir()
+                                                for p in d.rglob("*") if p.is_file())
+    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    body = json.dumps([PROFILE_SAMPLE, stats]).encode() + Path(__file__).read_bytes()
+    return hashlib.sha256(body).hexdigest()[:24]
+
+
+def check_profile(c: _Collector, spec: RunSpec, cache: Path | None = None) -> None:
+    """With `cache` (a directory: the plan step's), a pass is remembered by the key of its inputs, and the same
+    inputs are not checked again (loading torch and sampling verify-quant took seconds of every re-run)."""
     if not spec.flashrl or spec.model.int8 is None:
         return
+    if cache is not None and spec.model.profile_path and spec.model.profile_path.is_file():
+        marker = cache / f"profile-ok-{_profile_inputs_key(spec)}"
+        if marker.is_file():
+            return
+        before = len(c.findings)
+        _check_profile(c, spec)
+        if not any(f.level == "error" for f in c.findings[before:]):
+            cache.mkdir(parents=True, exist_ok=True)
+            marker.write_text("")
+        return
+    _check_profile(c, spec)
+
+
+def _check_profile(c: _Collector, spec: RunSpec) -> None:
     profile_path = spec.model.profile_path
     field = "model.profile"
     if profile_path and profile_path.is_dir():
@@ -550,7 +577,7 @@ def rules() -> str:
     return __doc__[__doc__.index("  [rollout-mode]"):]
 
 
-def run_checks(spec: RunSpec) -> list[Finding]:
+def run_checks(spec: RunSpec, profile_cache: Path | None = None) -> list[Finding]:
     c = _Collector()
     check_paths(c, spec)
     try:
@@ -572,5 +599,5 @@ def run_checks(spec: RunSpec) -> list[Finding]:
     check_env(c, spec, rendered)
     check_resume(c, spec, rendered)
     check_models(c, spec)
-    check_profile(c, spec)
+    check_profile(c, spec, profile_cache)
     return c.findings

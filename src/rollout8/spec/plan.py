@@ -15,8 +15,9 @@
   image of this bundle's lock, `rollout8 lock --get image`, what `make image` tags: the roles' default
   rollout8_image; not part of the job's identity, since an inventory may name another), `shared_dir` and
   `checkpoint_dir` (cluster.shared_dir, proven shared by preflight; verl's checkpoints, resumed by a resubmission);
-- `arrival.json`: the copies again, each with its files (node path, size, sha256): what the artifacts role sends
-  with rsync and what each node's arrival ledger (`<deploy root>/.rollout8-arrival.json`) is checked against.
+- `arrival.json`: the copies again, each with its files (node path, size, mtime, sha256): what each node's arrival
+  ledger (`<deploy root>/.rollout8-arrival.json`) is checked against;
+- `send/`: the deploy root as symlinks to the copies' sources, what the artifacts role's one rsync per node sends.
 
 The same inputs always give byte-identical files, so Ansible sees no change on a re-run. Checksums are cached in
 DIR/.sha256-cache.json by (path, size, mtime) so a re-run does not re-read large models.
@@ -26,14 +27,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import CheckFailed, SpecError
-from ..fileutil import atomic_write, sha256_file
+from ..fileutil import atomic_symlink, atomic_write, sha256_file
 from ..lock import load_lock
 from . import check as check_rules
 from .flashrl_config import dump_config
@@ -42,8 +44,10 @@ from .runspec import RunSpec, load_spec
 
 PLAN_FILE = "rollout8-plan.json"
 ARRIVAL_FILE = "arrival.json"
+SEND_TREE = "send"
 LEDGER_FILE = ".rollout8-arrival.json"
 CACHE_FILE = ".sha256-cache.json"
+PROFILE_CHECK_CACHE = ".profile-checks"  # check_profile's passes, by the key of their inputs
 SCHEMA = 1
 
 
@@ -115,23 +119,49 @@ def _checksums(what: str, local: Path, cache: dict) -> dict[str, str]:
 
 def arrivals(plan: Plan) -> dict:
     """What the artifacts role sends and seals (DIR/arrival.json): the plan's copies, each with its files (node
-    path, size, the controller's sha256), and the node ledger where each node records what arrived."""
-    copies = []
-    for copy in plan.copies:
-        if copy.kind == "file":
-            files = [(copy.dest, Path(copy.src), plan.sha256[copy.what])]
+    path, the controller's size, mtime and sha256), and the node ledger where each node records what arrived."""
+    return arrival_list([c.model_dump() for c in plan.copies], plan.sha256, plan.deploy_root)
+
+
+def arrival_list(copies: list[dict], sha256: dict[str, str], deploy_root: str) -> dict:
+    """arrivals() for copies given as dicts (what, src, dest, kind) and sha256 keyed as the plan keys it."""
+    out = []
+    for copy in copies:
+        if copy["kind"] == "file":
+            files = [(copy["dest"], Path(copy["src"]), sha256[copy["what"]])]
         else:
-            prefix = f"{copy.what}/"
-            files = [(f"{copy.dest}/{key[len(prefix):]}", Path(copy.src) / key[len(prefix):], sha)
-                     for key, sha in plan.sha256.items() if key.startswith(prefix)]
-        copies.append({**copy.model_dump(), "files": [{"path": dest, "size": src.stat().st_size, "sha256": sha}
-                                                       for dest, src, sha in files]})
-    return {"ledger": f"{plan.deploy_root}/{LEDGER_FILE}", "copies": copies}
+            prefix = f"{copy['what']}/"
+            files = [(f"{copy['dest']}/{key[len(prefix):]}", Path(copy["src"]) / key[len(prefix):], sha)
+                     for key, sha in sha256.items() if key.startswith(prefix)]
+        stats = [src.stat() for _, src, _ in files]
+        out.append({**copy, "files": [{"path": dest, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+                                      for (dest, _, sha), st in zip(files, stats, strict=True)]})
+    return {"ledger": f"{deploy_root}/{LEDGER_FILE}", "root": deploy_root, "copies": out}
 
 
-def refuse_check_errors(spec: RunSpec, source: str | Path) -> None:
+def write_send_tree(tree: Path, arrival: dict) -> None:
+    """DIR/send/: the node's deploy root as symlinks to the controller's copies (what -> its source), so that one
+    rsync per node (following the links) sends every copy: one connection and one file list instead of one per
+    copy. Rewritten only where it differs; entries of copies no longer in the plan are removed."""
+    root = PurePosixPath(arrival["root"])
+    want = {}
+    for copy in arrival["copies"]:
+        rel = PurePosixPath(copy["dest"]).relative_to(root)  # every node path is under the deploy root
+        want[tree / rel] = copy["src"]
+    for link, src in want.items():
+        if link.is_symlink() and os.readlink(link) == src:
+            continue
+        atomic_symlink(link, src)
+    for path in sorted(tree.rglob("*"), reverse=True) if tree.is_dir() else []:
+        if path.is_symlink() and path not in want:
+            path.unlink()
+        elif path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+            path.rmdir()
+
+
+def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path | None = None) -> None:
     """`rollout8 check`'s rules, once: any error stops the plan, each finding on its own line."""
-    errors = [f for f in check_rules.run_checks(spec) if f.level == "error"]
+    errors = [f for f in check_rules.run_checks(spec, profile_cache) if f.level == "error"]
     if errors:
         lines = "\n".join(f.line() for f in errors)
         raise CheckFailed(f"rollout8 check {source} failed: {len(errors)} error(s)\n{lines}")
@@ -140,7 +170,7 @@ def refuse_check_errors(spec: RunSpec, source: str | Path) -> None:
 def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> Plan:
     spec = load_spec(spec_path)
     if check:
-        refuse_check_errors(spec, spec_path)
+        refuse_check_errors(spec, spec_path, out / PROFILE_CHECK_CACHE)
     rendered = render(spec)
     out.mkdir(parents=True, exist_ok=True)
     cache_file = out / CACHE_FILE
@@ -194,9 +224,11 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     plan_file = out / PLAN_FILE
     if not plan_file.is_file() or plan_file.read_text() != text:
         atomic_write(plan_file, text)
-    arrival = json.dumps(arrivals(plan), indent=1, sort_keys=True) + "\n"
+    arrival = arrivals(plan)
+    write_send_tree(out / SEND_TREE, arrival)
+    text = json.dumps(arrival, indent=1, sort_keys=True) + "\n"
     arrival_file = out / ARRIVAL_FILE
-    if not arrival_file.is_file() or arrival_file.read_text() != arrival:
-        atomic_write(arrival_file, arrival)
+    if not arrival_file.is_file() or arrival_file.read_text() != text:
+        atomic_write(arrival_file, text)
     atomic_write(cache_file, json.dumps(cache, sort_keys=True))
     return plan
