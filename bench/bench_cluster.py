@@ -80,12 +80,14 @@ def bench(work_dir: Path) -> list[dict]:
             first[n] = runs[0].seconds
             print(f"bench_cluster: {n} node(s): {runs[0].seconds:.0f} s first, {runs[1].seconds:.0f} s re-run",
                   flush=True)
-            rows.append({"name": f"train.yml on {n} node(s)", "a_label": "first converge", "a": runs[0].seconds,
-                         "b_label": "no-change re-run", "b": runs[1].seconds, "unit": "s"})
+            rows.append({"name": f"train.yml on {n} node(s), re-run vs first converge", "a_label": "no-change re-run",
+                         "a": runs[1].seconds, "b_label": "first converge", "b": runs[0].seconds, "unit": "s",
+                         "note": "goal <= 0.25x"})
     finally:
         simcluster.down()
     rows.append({"name": "first converge, growth with nodes", "a_label": f"{SIZES[-1]} nodes",
                  "a": first[SIZES[-1]], "b_label": "1 node", "b": first[1], "unit": "s",
-                 "note": "Ansible runs per-node tasks in parallel, but the simulated nodes share this machine's "
-                         "cores: on real nodes it should grow less (not measured here)"})
+                 "note": "goal <= 1.3x; Ansible runs per-node tasks in parallel, but the simulated nodes (and the "
+                         "smoke job's work on each) share this machine's cores: on real nodes it should grow less "
+                         "(not measured here)"})
     return rows
