@@ -106,3 +106,26 @@ def test_plan_remembers_a_passing_profile_check_until_an_input_changes(tiny_spec
     os.utime(profile, ns=(profile.stat().st_mtime_ns + 10**9,) * 2)
     build_plan(tiny_spec, out, "rollout8")
     assert len(calls) == 2
+
+
+def test_send_tree_links_every_copy_and_removes_only_its_own_stale_links(tmp_path):
+    """send/ mirrors the deploy root with one link per copy; a copy dropped from the plan loses its link, and the
+    cleanup never walks into a linked directory (the user's model, with links of its own, stays intact)."""
+    from rollout8.spec.plan import arrival_list, write_send_tree
+
+    model = tmp_path / "ctl" / "model"
+    model.mkdir(parents=True)
+    (model / "blob").write_bytes(b"w" * 10)
+    (model / "weights.safetensors").symlink_to(model / "blob")  # a Hugging Face snapshot's kind of link
+    data = tmp_path / "ctl" / "train.parquet"
+    data.write_bytes(b"d" * 5)
+    copies = [{"what": "bf16", "src": str(model), "dest": "/deploy/models/bf16", "kind": "dir"},
+              {"what": "train", "src": str(data), "dest": "/deploy/data/train.parquet", "kind": "file"}]
+    sums = {"bf16/blob": "a", "bf16/weights.safetensors": "a", "train": "b"}
+    tree = tmp_path / "send"
+    write_send_tree(tree, arrival_list(copies, sums, "/deploy"))
+    assert os.readlink(tree / "models" / "bf16") == str(model)
+    assert os.readlink(tree / "data" / "train.parquet") == str(data)
+    write_send_tree(tree, arrival_list(copies[:1], {"bf16/blob": "a", "bf16/weights.safetensors": "a"}, "/deploy"))
+    assert not (tree / "data").exists() and (tree / "models" / "bf16").is_symlink()
+    assert (model / "weights.safetensors").is_symlink() and (model / "blob").read_bytes() == b"w" * 10

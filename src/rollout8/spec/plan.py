@@ -152,11 +152,15 @@ def write_send_tree(tree: Path, arrival: dict) -> None:
         if link.is_symlink() and os.readlink(link) == src:
             continue
         atomic_symlink(link, src)
-    for path in sorted(tree.rglob("*"), reverse=True) if tree.is_dir() else []:
-        if path.is_symlink() and path not in want:
-            path.unlink()
-        elif path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
-            path.rmdir()
+    # bottom-up, never into a link (a link to a model directory is the user's data, not the tree's)
+    for top, dirs, names in os.walk(tree, topdown=False):
+        for name in dirs + names:
+            path = Path(top) / name
+            if path.is_symlink():
+                if path not in want:
+                    path.unlink()
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
 
 
 def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path | None = None) -> None:
