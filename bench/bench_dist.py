@@ -14,7 +14,6 @@ Docker engine (no rows without one). The cluster is removed after.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -57,17 +56,10 @@ def _tree(root: Path, total: int) -> dict[str, Path]:
     return {"model": model, "data": data}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(8 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _plan(plan_dir: Path, tree: dict[str, Path]) -> float:
     """arrival.json, the send tree and a minimal rollout8-plan.json, made by the functions `rollout8 plan` uses;
     returns the seconds the controller's sha256 of the tree took."""
+    from rollout8.fileutil import sha256_file
     from rollout8.spec.plan import arrival_list, write_send_tree
 
     start = time.monotonic()
@@ -75,7 +67,7 @@ def _plan(plan_dir: Path, tree: dict[str, Path]) -> float:
     for what, src in tree.items():
         files = sorted(p for p in src.rglob("*") if p.is_file())
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            sums.update(zip((f"{what}/{p.relative_to(src)}" for p in files), pool.map(_sha256, files), strict=True))
+            sums.update(zip((f"{what}/{p.relative_to(src)}" for p in files), pool.map(sha256_file, files), strict=True))
     seconds = time.monotonic() - start
     copies = [{"what": what, "src": str(src), "dest": f"{DEPLOY_ROOT}/{what}", "kind": "dir"}
               for what, src in tree.items()]

@@ -133,7 +133,8 @@ def main() -> None:
     recorded = _load(ledger)
     if mode == "check":
         stale = [entry["path"] for entry in files if not _current(entry, recorded)]
-        send = [copy for copy in copies if any(entry["path"] in stale for entry in copy["files"])]
+        stale_set = set(stale)
+        send = [copy for copy in copies if any(entry["path"] in stale_set for entry in copy["files"])]
         dirs = sorted({copy["dest"] if copy["kind"] == "dir" else os.path.dirname(copy["dest"]) for copy in send}
                       | ({os.path.dirname(ledger)} if send else set()))
         made = [d for d in dirs if not os.path.isdir(d)]
@@ -147,12 +148,13 @@ def main() -> None:
 
     # what to record: the files check found stale (all, without `stale`) and whatever rsync wrote besides (one
     # rsync sends the whole tree: a file of a current copy whose controller mtime moved is written again)
-    stale = module.params["stale"]
+    stale = None if module.params["stale"] is None else set(module.params["stale"])
     files = [entry for entry in files if stale is None or entry["path"] in stale or entry["path"] in sent]
     present = [entry for entry in files if os.path.isfile(entry["path"])]
     missing = [entry["path"] for entry in files if not os.path.isfile(entry["path"])]
     trusted = [entry for entry in present if entry["path"] in sent and _as_sent(entry)]
-    read = [entry for entry in present if entry not in trusted]
+    trusted_paths = {entry["path"] for entry in trusted}
+    read = [entry for entry in present if entry["path"] not in trusted_paths]
     threads = module.params["threads"] or min(len(read), os.cpu_count() or 1) or 1
     with ThreadPoolExecutor(max_workers=threads) as pool:
         results = list(pool.map(lambda entry: _digest(entry["path"]), read))

@@ -465,7 +465,7 @@ def _profile_inputs_key(spec: RunSpec) -> str:
     model's files by path, size and mtime (the trust of the plan's sha256 cache)."""
     files = [spec.model.profile_path] + sorted(p for d in (spec.model.int8, spec.model.bf16) if d and d.is_dir()
                                                 for p in d.rglob("*") if p.is_file())
-    stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    stats = [(str(p), st.st_size, st.st_mtime_ns) for p, st in ((p, p.stat()) for p in files)]
     body = json.dumps([PROFILE_SAMPLE, stats]).encode() + Path(__file__).read_bytes()
     return hashlib.sha256(body).hexdigest()[:24]
 

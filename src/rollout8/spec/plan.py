@@ -163,6 +163,13 @@ def write_send_tree(tree: Path, arrival: dict) -> None:
                 path.rmdir()
 
 
+def _refresh(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write `path` (atomically) only when its text differs: an unchanged file keeps its mtime, so neither Ansible
+    nor a node's arrival ledger sees a change."""
+    if not path.is_file() or path.read_text() != text:
+        atomic_write(path, text, mode=mode)
+
+
 def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path | None = None) -> None:
     """`rollout8 check`'s rules, once: any error stops the plan, each finding on its own line."""
     errors = [f for f in check_rules.run_checks(spec, profile_cache) if f.level == "error"]
@@ -198,8 +205,7 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
         node_paths["flashrl"] = spec.node_path("flashrl")
         flashrl_text = dump_config(rendered.flashrl)
         flashrl_file = out / FLASHRL_FILE
-        if not flashrl_file.is_file() or flashrl_file.read_text() != flashrl_text:
-            atomic_write(flashrl_file, flashrl_text)
+        _refresh(flashrl_file, flashrl_text)
         copies.append(Copy(what="flashrl", src=str(flashrl_file.resolve()), dest=node_paths["flashrl"], kind="file"))
         sums["flashrl"] = hashlib.sha256(flashrl_text.encode()).hexdigest()
 
@@ -207,8 +213,7 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     node_paths["launch"] = f"{root}/{LAUNCH_FILE}"
     launch_file = out / LAUNCH_FILE
     launch = launch_text(rendered)
-    if not launch_file.is_file() or launch_file.read_text() != launch:
-        atomic_write(launch_file, launch, mode=0o755)
+    _refresh(launch_file, launch, mode=0o755)
     copies.append(Copy(what="launch", src=str(launch_file.resolve()), dest=node_paths["launch"], kind="file"))
     sums["launch"] = hashlib.sha256(launch.encode()).hexdigest()
     steps = rendered.value("trainer.total_training_steps")
@@ -225,14 +230,9 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     )
     plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
     text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"
-    plan_file = out / PLAN_FILE
-    if not plan_file.is_file() or plan_file.read_text() != text:
-        atomic_write(plan_file, text)
+    _refresh(out / PLAN_FILE, text)
     arrival = arrivals(plan)
     write_send_tree(out / SEND_TREE, arrival)
-    text = json.dumps(arrival, indent=1, sort_keys=True) + "\n"
-    arrival_file = out / ARRIVAL_FILE
-    if not arrival_file.is_file() or arrival_file.read_text() != text:
-        atomic_write(arrival_file, text)
+    _refresh(out / ARRIVAL_FILE, json.dumps(arrival, indent=1, sort_keys=True) + "\n")
     atomic_write(cache_file, json.dumps(cache, sort_keys=True))
     return plan
