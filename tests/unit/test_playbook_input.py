@@ -30,7 +30,8 @@ workers
 """
 
 
-def play(tmp_path: Path, *args: str, inventory: str | None = INVENTORY, group_vars: str = "") -> tuple[int, str]:
+def play(tmp_path: Path, *args: str, inventory: str | None = INVENTORY, group_vars: str = "",
+         path: str | None = None) -> tuple[int, str]:
     inv = tmp_path / "inventory" / "hosts.ini"
     if inventory is not None:
         inv.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +40,8 @@ def play(tmp_path: Path, *args: str, inventory: str | None = INVENTORY, group_va
             (inv.parent / "group_vars").mkdir(exist_ok=True)
             (inv.parent / "group_vars" / "all.yml").write_text(group_vars)
     env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"), ANSIBLE_NOCOLOR="1")
+    if path is not None:
+        env["PATH"] = path
     proc = subprocess.run([str(PLAYBOOK), "-i", str(inv), "train.yml", "-e", f"rollout8_run_spec={tmp_path}/run.yaml",
                            "-e", f"rollout8_work_dir={tmp_path}/work", *args], cwd=ANSIBLE, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -83,6 +86,13 @@ def test_variable_of_the_wrong_type_is_refused_naming_it(tmp_path, extra, expect
 def test_wrong_type_in_group_vars_is_refused_too(tmp_path):
     rc, out = play(tmp_path, group_vars="rollout8_ray_num_cpus: -2\n")
     assert_refused_before_any_node(rc, out, 'rollout8_ray_num_cpus="-2" is not an integer, 0 or more')
+
+
+def test_controller_without_rsync_is_refused_before_any_node(tmp_path):
+    """The artifacts and the image go to the nodes with rsync: a controller without it is told so up front."""
+    (tmp_path / "run.yaml").write_text("name: x\n")
+    rc, out = play(tmp_path, path=str(PLAYBOOK.parent))  # the venv's bin only: no rsync on PATH
+    assert_refused_before_any_node(rc, out, "rsync is not installed on the controller")
 
 
 def test_artifacts_that_fail_the_full_verify_quant_are_refused_before_any_node(model_pair, tmp_path):
