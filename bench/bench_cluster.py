@@ -3,7 +3,7 @@ the no-change re-run (how the cost grows with the number of nodes).
 
 Each size starts from fresh containers (virtual/simcluster.py `down` then `up`: images and wheelhouse are
 cached, the nodes are new), an inventory of the head plus the first N-1 workers, and the tests' run spec
-(configs/runs/tiny-cpu.yaml with its own deploy root) with `cluster.nnodes: N`. The job is the cluster smoke job
+(configs/runs/tiny-cpu.yaml with its own deploy root) with `cluster.nnodes: N`. The job is the cluster probe job
 (bench_demo.py times the verl job).
 A run that fails, or a re-run that changes anything, is an error, not a number. Needs a Docker engine (returns no
 rows, with the reason printed, without one); about 3 minutes per size on 2 cores. The cluster is removed after.
@@ -69,7 +69,7 @@ def bench(work_dir: Path) -> list[dict]:
             runs = []
             for attempt in ("first converge", "no-change re-run"):
                 run = simcluster.run_playbook(inventory, spec, work, work / "facts", wheel,
-                                              "-e", "rollout8_job_kind=smoke")
+                                              "-e", "rollout8_job_kind=probe")
                 if run.rc != 0:
                     raise RuntimeError(f"{n} node(s), {attempt}: train.yml failed (rc {run.rc}); log in "
                                        f"{work / 'last-playbook.log'}")
@@ -88,6 +88,6 @@ def bench(work_dir: Path) -> list[dict]:
     rows.append({"name": "first converge, growth with nodes", "a_label": f"{SIZES[-1]} nodes",
                  "a": first[SIZES[-1]], "b_label": "1 node", "b": first[1], "unit": "s",
                  "note": "goal <= 1.3x; Ansible runs per-node tasks in parallel, but the simulated nodes (and the "
-                         "smoke job's work on each) share this machine's cores: on real nodes it should grow less "
+                         "probe job's work on each) share this machine's cores: on real nodes it should grow less "
                          "(not measured here)"})
     return rows

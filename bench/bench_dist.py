@@ -60,7 +60,7 @@ def _plan(plan_dir: Path, tree: dict[str, Path]) -> float:
     """arrival.json, the send tree and a minimal rollout8-plan.json, made by the functions `rollout8 plan` uses;
     returns the seconds the controller's sha256 of the tree took."""
     from rollout8.fileutil import sha256_file
-    from rollout8.spec.plan import arrival_list, write_send_tree
+    from rollout8.runspec.plan import arrival_list, write_send_tree
 
     start = time.monotonic()
     sums = {}

@@ -324,7 +324,7 @@ def _build_artifacts(models: Path, data: Path) -> None:
         sh(cli, "make-test-model", "--preset", MODEL_PRESET, "-o", str(models), capture=True)
     # keyed by the generator's source: data made by an older rollout8 (a reward without **kwargs, which verl's
     # async reward manager needs) is made again
-    key = _content_key("testdata", ("src/rollout8/spec/testdata.py",))
+    key = _content_key("testdata", ("src/rollout8/runspec/testdata.py",))
     stamp = data / ".made-by"
     if not all((data / name).is_file() for name in ("train.parquet", "val.parquet", "reward.py")) or \
             not stamp.is_file() or stamp.read_text() != key:
@@ -375,11 +375,11 @@ def latest_job_logs(work: Path) -> Path | None:
     return jobs[-1] if jobs else None
 
 
-def smoke_verdict_line(job: Path) -> str | None:
-    """The smoke job's verdict line from its driver log."""
+def probe_verdict_line(job: Path) -> str | None:
+    """The probe job's verdict line from its driver log."""
     found = None
     for line in (job / "driver.log").read_text(errors="replace").splitlines():
-        if line.startswith("smoke-job: verdict"):
+        if line.startswith("probe-job: verdict"):
             found = line
     return found
 
@@ -413,9 +413,9 @@ def demo(*playbook_args: str) -> int:
     if job is None:
         print(f"demo: the play passed but no job logs were collected under {DEMO_WORK / 'logs'}", file=sys.stderr)
         return 1
-    smoke = smoke_verdict_line(job)
-    if smoke is not None:
-        print(f"verdict: {smoke}")
+    probe = probe_verdict_line(job)
+    if probe is not None:
+        print(f"verdict: {probe}")
     else:
         rc, lines = verl_verdict(job)
         print(f"verl GRPO job {job.name}, int8 verdict per rollout rank (rollout8 logs {job.relative_to(REPO)}):")

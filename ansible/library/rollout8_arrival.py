@@ -26,7 +26,7 @@ differs (`plan_stale`; a small file, read), `seal` writes it (atomically) only o
 current, so its presence on a node means that everything it lists arrived.
 
 A file changed on the node in place keeping both size and mtime is not detected by `check` (the price of not
-re-reading); the smoke job re-hashes every file anyway, and `rehash: true` seals every file again.
+re-reading); the probe job re-hashes every file anyway, and `rehash: true` seals every file again.
 """
 
 from __future__ import annotations

@@ -38,9 +38,9 @@ class Cluster:
     facts: Path
     wheel: Path
 
-    def playbook(self, *args: str, playbook: str = "train.yml", timeout: int = 900, kind: str = "smoke",
+    def playbook(self, *args: str, playbook: str = "train.yml", timeout: int = 900, kind: str = "probe",
                  spec: Path | None = None, follow: bool = True) -> Run:
-        """train.yml (or another playbook) on the cluster; the smoke job unless kind="verl" (the real job). With
+        """train.yml (or another playbook) on the cluster; the probe job unless kind="verl" (the real job). With
         follow, the verify play waits for the job's end (train.yml alone returns once a verl job runs)."""
         return simcluster.run_playbook(simcluster.INVENTORY, spec or self.spec, self.work, self.facts, self.wheel,
                                        "-e", f"rollout8_job_kind={kind}", "-e", f"rollout8_verify_follow={follow}",

@@ -4,7 +4,7 @@ The training image is built as a user builds it, from docker/Dockerfile's own `p
 (`make image STACK_IMAGE=...`, podman here) on a CPU stand-in for the `stack` stage: the real-job engine stack
 with a stand-in CANN set_env.sh (simcluster.standin_stack_image). `make image-save` writes the tarball, which the
 image role loads on the node; the runtime role starts the training container (host network); Ray runs inside
-it; the smoke job must be green; reset.yml removes it all.
+it; the probe job must be green; reset.yml removes it all.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ ROOT = "/tmp/r8d-runs/tiny-cpu-docker"
 
 
 def playbook(work: Path, spec: Path, image: str, tarball: Path | None, *extra: str, name: str = "train.yml"):
-    args = {"rollout8_runtime": "docker", "rollout8_job_kind": "smoke", "rollout8_image": image,
+    args = {"rollout8_runtime": "docker", "rollout8_job_kind": "probe", "rollout8_image": image,
             "rollout8_image_tarball": str(tarball) if tarball else "",
             "rollout8_container_name": CONTAINER, "rollout8_container_shm_size": "512m", "rollout8_home": HOME,
             # the stand-in stack keeps its Python in a venv; the real stack installs into /usr/local/bin (default)
@@ -165,7 +165,7 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         assert rc == 0, out[-5000:]
         assert "Docker load" in out and "changed: [localhost]" in out
         assert not staged.exists(), "the image role left its staged copy of the tarball on the node"
-        assert "smoke job GREEN on all 1 nodes" in out
+        assert "probe job GREEN on all 1 nodes" in out
         inspect = json.loads(subprocess.run(["docker", "inspect", CONTAINER], capture_output=True, text=True,
                                             check=True).stdout)[0]
         assert inspect["HostConfig"]["NetworkMode"] == "host"
@@ -178,8 +178,8 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         # sources set_env.sh; here a stand-in exporting a marker): Ray's raylet, the job's driver and its workers.
         assert "ROLLOUT8_CANN_STANDIN=1" in process_env(CONTAINER, "raylet")
         driver = latest_driver_log(work)
-        assert "smoke-job: driver cann ok   CANN environment loaded: ASCEND_TOOLKIT_HOME=" in driver, driver[-3000:]
-        assert re.search(r"smoke-job: \S+ \(\S+\) cann +ok   CANN environment loaded", driver), driver[-3000:]
+        assert "probe-job: driver cann ok   CANN environment loaded: ASCEND_TOOLKIT_HOME=" in driver, driver[-3000:]
+        assert re.search(r"probe-job: \S+ \(\S+\) cann +ok   CANN environment loaded", driver), driver[-3000:]
 
         # The accept-npu tag runs the NPU acceptance suite the image ships in the training container. No NPU
         # here: the play must fail and say so (exit 3), never pass.
@@ -188,10 +188,10 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         assert "accept-npu: CANN environment loaded: ASCEND_TOOLKIT_HOME=" in out, out[-3000:]
 
         # Without the entrypoint in front of docker exec (the roles before this fix): Ray restarts without CANN's
-        # environment and the smoke job is red, naming it.
+        # environment and the probe job is red, naming it.
         rc, out = playbook(work, spec, image, tarball, "-e", '{"rollout8_container_exec_prefix": []}',
                            "-e", "rollout8_relaunch=true")
-        assert rc != 0 and "smoke job RED: " in one_line(out), out[-3000:]
+        assert rc != 0 and "probe job RED: " in one_line(out), out[-3000:]
         assert "ROLLOUT8_CANN_STANDIN" not in process_env(CONTAINER, "raylet")
         driver = latest_driver_log(work)
         assert "CANN is installed but its environment is not loaded in this process" in driver, driver[-3000:]

@@ -20,17 +20,17 @@ PLAN = "/var/lib/rollout8/runs/tiny-cpu-sim/rollout8-plan.json"
 def verdict_from(cluster: Cluster) -> dict:
     logs = sorted((cluster.work / "logs").glob("*/driver.log"), key=lambda p: p.stat().st_mtime)
     assert logs, "no driver log collected on the controller"
-    lines = [line for line in logs[-1].read_text().splitlines() if line.startswith("ROLLOUT8_SMOKE_VERDICT ")]
-    assert lines, f"no smoke verdict in {logs[-1]}"
+    lines = [line for line in logs[-1].read_text().splitlines() if line.startswith("ROLLOUT8_PROBE_VERDICT ")]
+    assert lines, f"no probe verdict in {logs[-1]}"
     return json.loads(lines[-1].split(" ", 1)[1])
 
 
-def test_converges_and_smoke_job_is_green_on_every_node(sim_cluster: Cluster, converged: Run):
+def test_converges_and_probe_job_is_green_on_every_node(sim_cluster: Cluster, converged: Run):
     assert converged.rc == 0, converged.output[-4000:]
     recap = converged.recap()
     assert set(recap) == set(NODES)
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values()), recap
-    assert "smoke job GREEN on all 3 nodes" in converged.output
+    assert "probe job GREEN on all 3 nodes" in converged.output
     verdict = verdict_from(sim_cluster)
     assert verdict["ok"] is True
     assert sorted(v["hostname"] for v in verdict["nodes"].values()) == sorted(NODES)
@@ -137,7 +137,7 @@ def test_interrupted_transfer_resumes_from_its_partial_file(sim_cluster: Cluster
 
 
 def test_env_not_exported_before_ray_start_is_caught(sim_cluster: Cluster, converged: Run):
-    """Ray started without the run's environment, the smoke job submitted with FLASHRL_CONFIG for its driver only.
+    """Ray started without the run's environment, the probe job submitted with FLASHRL_CONFIG for its driver only.
     Stack-facts trap 2: FLASHRL_CONFIG never reaches the workers. ray #59063: without
     RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES the job supervisor hides the NPUs from the entrypoint
     (ASCEND_RT_VISIBLE_DEVICES='') and every worker holding NPUs gets them renumbered."""
@@ -148,10 +148,10 @@ def test_env_not_exported_before_ray_start_is_caught(sim_cluster: Cluster, conve
         cfg = json.loads(sim_cluster.node("rollout8-sim-head", "cat", PLAN).stdout)["node_paths"]["flashrl"]
         job = sim_cluster.node("rollout8-sim-head", "/opt/rollout8/venv/bin/ray", "job", "submit", "--address",
                                "http://127.0.0.1:8265", "--", "env", f"FLASHRL_CONFIG={cfg}",
-                               "/opt/rollout8/venv/bin/rollout8", "smoke-job", "--plan", PLAN, "--nodes", "3",
+                               "/opt/rollout8/venv/bin/rollout8", "probe-job", "--plan", PLAN, "--nodes", "3",
                                check=False)
         out = job.stdout + job.stderr
-        assert "ROLLOUT8_SMOKE_VERDICT " in out, out[-3000:]
+        assert "ROLLOUT8_PROBE_VERDICT " in out, out[-3000:]
         for node in NODES:
             pattern = rf"{node} \(\S+\) env\s+FAIL FLASHRL_CONFIG is not in the Ray worker's environment"
             assert re.search(pattern, out), out
@@ -161,7 +161,7 @@ def test_env_not_exported_before_ray_start_is_caught(sim_cluster: Cluster, conve
             assert re.search(renumbered, out), out
         assert "driver npu-visible FAIL ASCEND_RT_VISIBLE_DEVICES='' in the driver (the job's entrypoint): Ray hid " \
                "every NPU from it (ray #59063" in out, out[-3000:]
-        verdict = json.loads(out.split("ROLLOUT8_SMOKE_VERDICT ", 1)[1].splitlines()[0])
+        verdict = json.loads(out.split("ROLLOUT8_PROBE_VERDICT ", 1)[1].splitlines()[0])
         assert verdict["driver_env"]["FLASHRL_CONFIG"] == cfg
         assert verdict["ok"] is False and verdict["driver_npu_visibility"]["ok"] is False
     finally:
@@ -190,7 +190,7 @@ def test_stopped_worker_fails_fast_naming_it_then_rerun_converges(sim_cluster: C
         subprocess.run(["docker", "start", "rollout8-sim-w2"], capture_output=True)
     rerun = sim_cluster.playbook("-e", "rollout8_relaunch=true")
     assert rerun.rc == 0, rerun.output[-4000:]
-    assert "smoke job GREEN on all 3 nodes" in rerun.output
+    assert "probe job GREEN on all 3 nodes" in rerun.output
 
 
 def test_limit_without_cached_facts_is_refused_before_touching_nodes(sim_cluster: Cluster, tmp_path):
@@ -204,8 +204,8 @@ def test_limit_without_cached_facts_is_refused_before_touching_nodes(sim_cluster
 
 def test_dashboard_and_job_api_listen_on_the_heads_loopback_only(sim_cluster: Cluster, converged: Run):
     """Ray's dashboard/job API has no authentication: `ss -ltn` in the simulated head's network namespace shows its
-    port on 127.0.0.1 and nowhere else, while the smoke job was still submitted and verified through it."""
-    assert converged.rc == 0 and "smoke job GREEN on all 3 nodes" in converged.output
+    port on 127.0.0.1 and nowhere else, while the probe job was still submitted and verified through it."""
+    assert converged.rc == 0 and "probe job GREEN on all 3 nodes" in converged.output
     pid = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", "rollout8-sim-head"], capture_output=True,
                          text=True, check=True).stdout.strip()
     ss = subprocess.run(["nsenter", "-t", pid, "-n", "ss", "-Hltn"], capture_output=True, text=True, check=True)

@@ -76,8 +76,8 @@ def test_checks_table_of_sampling_params_is_vllms():
     """rollout8 check knows which rollout keys verl hands to SamplingParams: the table equals vLLM's fields here."""
     from vllm import SamplingParams
 
-    from rollout8.spec.check import SAMPLER_DROPPED
-    from rollout8.spec.verl_keys import VLLM_SAMPLING_PARAMS
+    from rollout8.runspec.check import SAMPLER_DROPPED
+    from rollout8.runspec.verl_keys import VLLM_SAMPLING_PARAMS
 
     fields = {f for f in SamplingParams.__struct_fields__ if not f.startswith("_")}
     assert VLLM_SAMPLING_PARAMS == fields

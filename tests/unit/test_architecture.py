@@ -16,7 +16,7 @@ PKG = REPO / "src" / "rollout8"
 LAYERS = {
     "errors": 0, "findings": 0, "paths": 0, "fileutil": 0, "lock": 0, "pylock": 0, "peak_memory": 0,
     "quant": 1, "results": 1,
-    "spec": 2,
+    "runspec": 2,
     "node": 3,
     "commands": 4,
     "cli": 5, "activate": 5, "__main__": 5,
@@ -99,7 +99,7 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 def test_the_package_has_no_import_cycle_and_layers_point_down():
     graph = package_imports(PKG)
     assert len(graph) > 30, "the walker found too few modules"
-    assert "rollout8.spec.render" in graph["rollout8.spec.check"], "the walker misses relative imports"
+    assert "rollout8.runspec.render" in graph["rollout8.runspec.check"], "the walker misses relative imports"
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
     assert layer_violations(graph) == []
 
@@ -110,13 +110,13 @@ def test_the_walker_sees_a_deliberate_cycle_and_an_upward_import(tmp_path):
 
     copy = tmp_path / "rollout8"
     shutil.copytree(PKG, copy)
-    render = copy / "spec" / "render.py"
+    render = copy / "runspec" / "render.py"
     render.write_text(render.read_text() + "\n\ndef _late():\n    from .check import run_checks  # noqa\n")
     verdict = copy / "results" / "verdict.py"
     verdict.write_text(verdict.read_text() + "\n\ndef _cli():\n    from ..commands import logs  # noqa\n")
     graph = package_imports(copy)
     cycle = find_cycle(graph)
-    assert cycle and {"rollout8.spec.check", "rollout8.spec.render"} <= set(cycle)
+    assert cycle and {"rollout8.runspec.check", "rollout8.runspec.render"} <= set(cycle)
     assert any("rollout8.results.verdict" in v and "commands" in v for v in layer_violations(graph))
 
 
@@ -147,7 +147,7 @@ def test_no_library_module_defines_argument_parsing():
 def test_one_definition_of_each_shared_helper(pattern, where):
     out = subprocess.run(["git", "grep", "-nE", pattern, "--", "src"], cwd=REPO, capture_output=True, text=True)
     files = {line.split(":", 1)[0] for line in out.stdout.splitlines()}
-    expected = {"src/rollout8/spec/render.py"} if "env" in where else {"src/rollout8/fileutil.py"}
+    expected = {"src/rollout8/runspec/render.py"} if "env" in where else {"src/rollout8/fileutil.py"}
     assert files == expected, f"{where}: {out.stdout}"
 
 

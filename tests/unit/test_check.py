@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from rollout8.cli import main
-from rollout8.spec.check import run_checks
-from rollout8.spec.runspec import parse_spec
+from rollout8.runspec.check import run_checks
+from rollout8.runspec.runspec import parse_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -364,13 +364,13 @@ def test_explain_lists_every_field_and_rule(capsys):
         assert text in out
 
 
-@pytest.mark.skipif(not __import__("rollout8.spec.verl_keys").spec.verl_keys.hydra_available(),
+@pytest.mark.skipif(not __import__("rollout8.runspec.verl_keys").spec.verl_keys.hydra_available(),
                     reason="hydra-core is not installed")
 def test_verl_keys_checked_by_hydra_when_verl_is_installed(raw, run_dir, tmp_path, monkeypatch):
     """With verl importable, hydra composes its config with each override (verl 0.6.1's tree stands in)."""
     from upstream_wheels import VERL_STAND_IN_VERSION, unpack, wheel
 
-    from rollout8.spec import verl_keys
+    from rollout8.runspec import verl_keys
 
     unpack(wheel("verl", VERL_STAND_IN_VERSION), tmp_path, "verl")
     config_dir = tmp_path / "verl" / "trainer" / "config"

@@ -19,7 +19,7 @@ import yaml
 
 from rollout8.cli import main
 from rollout8.errors import SpecError
-from rollout8.spec.flashrl_config import (
+from rollout8.runspec.flashrl_config import (
     build_config,
     entry_for_rank,
     mix_summary,

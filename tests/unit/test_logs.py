@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rollout8.cli import main
-from rollout8.spec.flashrl_config import build_config, write_config
+from rollout8.runspec.flashrl_config import build_config, write_config
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"  # test-only helpers
 pytestmark = pytest.mark.slow

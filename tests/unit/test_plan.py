@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from rollout8.cli import main
-from rollout8.spec import check as check_module
-from rollout8.spec.plan import PLAN_FILE, Plan, build_plan, load_plan
-from rollout8.spec.render import build_env, launch_text, render
-from rollout8.spec.runspec import load_spec
+from rollout8.runspec import check as check_module
+from rollout8.runspec.plan import PLAN_FILE, Plan, build_plan, load_plan
+from rollout8.runspec.render import build_env, launch_text, render
+from rollout8.runspec.runspec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 pytest.importorskip("torch")
@@ -24,7 +24,7 @@ pytest.importorskip("torch")
 def tiny_spec(tmp_path, model_pair):
     """configs/runs/tiny-cpu.yaml pointing at the session's tiny pair, a real profile and real parquet data."""
     from rollout8.quant.profile import write_profile
-    from rollout8.spec.testdata import make_dataset
+    from rollout8.runspec.testdata import make_dataset
 
     data = make_dataset(tmp_path / "data", 4, 2, 0)
     profile = tmp_path / "profile.pt"
@@ -111,7 +111,7 @@ def test_plan_remembers_a_passing_profile_check_until_an_input_changes(tiny_spec
 def test_send_tree_links_every_copy_and_removes_only_its_own_stale_links(tmp_path):
     """send/ mirrors the deploy root with one link per copy; a copy dropped from the plan loses its link, and the
     cleanup never walks into a linked directory (the user's model, with links of its own, stays intact)."""
-    from rollout8.spec.plan import arrival_list, write_send_tree
+    from rollout8.runspec.plan import arrival_list, write_send_tree
 
     model = tmp_path / "ctl" / "model"
     model.mkdir(parents=True)

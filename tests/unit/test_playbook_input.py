@@ -124,7 +124,7 @@ def test_artifacts_that_fail_the_full_verify_quant_are_refused_before_any_node(m
                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1, "actor_rollout_ref.rollout.n": 2,
                      "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(spec))
-    rc, out = play(tmp_path, "-e", "rollout8_job_kind=smoke")
+    rc, out = play(tmp_path, "-e", "rollout8_job_kind=probe")
     assert_refused_before_any_node(rc, out, "rollout8 verify-quant refuses the artifacts", victim,
                                    "nothing was copied to any node")
     assert not list((tmp_path / "work").rglob("verify-quant-*.json")), "a failed verification was cached"
@@ -134,7 +134,7 @@ def test_artifacts_that_fail_the_full_verify_quant_are_refused_before_any_node(m
     task = "TASK [plan : Verify every int8 weight against the bf16 weights and the profile (once per set of artifacts)]"
     for expected in ("changed:", "ok:"):  # verified, then found cached
         # (the controller's plays pass; then the nodes, which do not exist, are unreachable)
-        _, out = play(tmp_path, "-e", "rollout8_job_kind=smoke", "--tags", "never")
+        _, out = play(tmp_path, "-e", "rollout8_job_kind=probe", "--tags", "never")
         assert "verify-quant refuses" not in out and "TASK [plan : The plan fits the inventory] *" in out, out[-3000:]
         assert out.split(task, 1)[1].split("TASK [", 1)[0].lstrip("* ").startswith(expected), out[-3000:]
     assert len(list((tmp_path / "work").rglob("verify-quant-*.json"))) == 1

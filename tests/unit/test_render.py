@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from rollout8.cli import main
-from rollout8.spec import verl_keys
-from rollout8.spec.render import FLASHRL_FILE, MANIFEST_FILE, render, write_outputs
-from rollout8.spec.runspec import load_spec
+from rollout8.runspec import verl_keys
+from rollout8.runspec.render import FLASHRL_FILE, MANIFEST_FILE, render, write_outputs
+from rollout8.runspec.runspec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "configs" / "runs").glob("*.yaml"))
@@ -74,7 +74,7 @@ def test_rendered_command_passes_key_validation(spec):
 
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
 def test_shipped_specs_pass_check_but_for_missing_local_artifacts(spec):
-    from rollout8.spec.check import run_checks
+    from rollout8.runspec.check import run_checks
 
     findings = run_checks(load_spec(spec))
     other = [f.line() for f in findings if f.level != "info" and not (
@@ -215,8 +215,8 @@ def test_the_product_never_imports_the_cpu_bridges():
             text = path.read_text(errors="replace")
             if "cpu_bridges" in text:
                 hits.append(path.relative_to(repo).as_posix())
-    assert hits == ["src/rollout8/spec/render.py"], hits
-    render_py = (repo / "src/rollout8/spec/render.py").read_text()
+    assert hits == ["src/rollout8/runspec/render.py"], hits
+    render_py = (repo / "src/rollout8/runspec/render.py").read_text()
     assert "import rollout8_cpu_bridges" not in render_py and "from rollout8_cpu_bridges" not in render_py
     dockerignore = (repo / ".dockerignore").read_text() if (repo / ".dockerignore").is_file() else ""
     dockerfile = (repo / "docker" / "Dockerfile").read_text()

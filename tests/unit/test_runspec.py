@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from rollout8.errors import SpecError
-from rollout8.spec.runspec import load_spec, parse_spec
+from rollout8.runspec.runspec import load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "configs" / "runs").glob("*.yaml"))
@@ -117,7 +117,7 @@ def test_not_a_mapping(tmp_path):
 
 def test_configs_readme_matches_the_model():
     """configs/README.md carries `rollout8 check --explain`'s field reference: a new field must be documented."""
-    from rollout8.spec.runspec import explain
+    from rollout8.runspec.runspec import explain
 
     readme = (REPO / "configs" / "README.md").read_text()
     missing = [line for line in explain().splitlines() if line not in readme]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import upstream_wheels as uw
 
-from rollout8.spec.testdata import make_dataset
+from rollout8.runspec.testdata import make_dataset
 
 
 def test_layout_and_determinism(tmp_path):

@@ -1,4 +1,4 @@
-"""`rollout8 check`: arguments, output and exit code; the work is rollout8.spec.check."""
+"""`rollout8 check`: arguments, output and exit code; the work is rollout8.runspec.check."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 import json
 
 from ..errors import CheckFailed, Rollout8Error
-from ..spec.check import rules, run_checks
-from ..spec.runspec import explain, load_spec
+from ..runspec.check import rules, run_checks
+from ..runspec.runspec import explain, load_spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

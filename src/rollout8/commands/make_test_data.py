@@ -1,4 +1,4 @@
-"""`rollout8 make-test-data`: arguments, output and exit code; the work is rollout8.spec.testdata."""
+"""`rollout8 make-test-data`: arguments, output and exit code; the work is rollout8.runspec.testdata."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import Rollout8Error
-from ..spec.testdata import make_dataset
+from ..runspec.testdata import make_dataset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""`rollout8 plan`: arguments, output and exit code; the work is rollout8.spec.plan."""
+"""`rollout8 plan`: arguments, output and exit code; the work is rollout8.runspec.plan."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import os
 from pathlib import Path
 
 from ..fileutil import check_output
-from ..spec.plan import PLAN_FILE, build_plan
+from ..runspec.plan import PLAN_FILE, build_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path, help="the run spec (configs/runs/*.yaml)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="directory for the plan and FlashRL YAML")
     parser.add_argument("--node-cli", default=os.environ.get("ROLLOUT8_NODE_CLI", "rollout8"),
-                        help="the rollout8 command on the nodes (used in the smoke job's entrypoint)")
+                        help="the rollout8 command on the nodes (used in the probe job's entrypoint)")
     parser.add_argument("--no-check", action="store_true",
                         help="plan even if `rollout8 check` finds errors (to reproduce a trap on purpose)")
 

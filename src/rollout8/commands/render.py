@@ -1,4 +1,4 @@
-"""`rollout8 render`: arguments, output and exit code; the work is rollout8.spec.render."""
+"""`rollout8 render`: arguments, output and exit code; the work is rollout8.runspec.render."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..fileutil import check_output
-from ..spec.render import render, write_outputs
-from ..spec.runspec import load_spec
+from ..runspec.render import render, write_outputs
+from ..runspec.runspec import load_spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     if not args.no_check:
-        from ..spec.check import run_checks
+        from ..runspec.check import run_checks
 
         errors = [f for f in run_checks(spec) if f.level == "error"]
         if errors:

@@ -1,4 +1,4 @@
-"""`rollout8 setup`: arguments, output and exit code; the work is rollout8.spec.flashrl_config."""
+"""`rollout8 setup`: arguments, output and exit code; the work is rollout8.runspec.flashrl_config."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from ..errors import SpecError
 from ..fileutil import check_output
 from ..quant.checkpoint import require_kind
-from ..spec.flashrl_config import CONFIG_KIND, build_config, config_for_spec, detect_layout, mix_summary, write_config
+from ..runspec.flashrl_config import CONFIG_KIND, build_config, config_for_spec, detect_layout, mix_summary, write_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +38,7 @@ def _parse_mix(text: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     if args.spec:
-        from ..spec.runspec import load_spec
+        from ..runspec.runspec import load_spec
 
         spec = load_spec(args.spec)
         config = config_for_spec(spec, node_paths=not args.local_paths)

@@ -1,5 +1,5 @@
 """What runs on a node: FlashRL activation (imported by the patched verl), the patch applier, doctor,
-the cluster smoke job and the NPU acceptance suite's judgements.
+the cluster probe job and the NPU acceptance suite's judgements.
 
-Imports the base modules, rollout8.quant and rollout8.spec (the plan model); never results/commands.
+Imports the base modules, rollout8.quant and rollout8.runspec (the plan model); never results/commands.
 """

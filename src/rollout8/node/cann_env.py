@@ -2,7 +2,7 @@
 export (ASCEND_TOOLKIT_HOME, ASCEND_OPP_PATH, the toolkit's LD_LIBRARY_PATH). The image sources them in its
 entrypoint, `/usr/local/bin/rollout8-entrypoint`; a bare `docker exec` never runs the entrypoint, so every
 command the roles start in the training container goes through it (rollout8_container_exec_prefix). Asked by the
-smoke job in the driver and in a Ray worker on every node, and by the acceptance suite before its first step.
+probe job in the driver and in a Ray worker on every node, and by the acceptance suite before its first step.
 """
 
 from __future__ import annotations

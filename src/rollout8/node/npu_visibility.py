@@ -8,7 +8,7 @@ RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 in the environment of `ray st
 inherits it and Ray then leaves the variable alone
 (`NPUAcceleratorManager.set_current_process_visible_accelerator_ids`).
 
-Asked by the smoke job in its driver (the job entrypoint) and in a Ray worker holding the node's NPUs. On a CPU
+Asked by the probe job in its driver (the job entrypoint) and in a Ray worker holding the node's NPUs. On a CPU
 node (the simulated cluster) the same custom `NPU` resource makes Ray behave exactly this way, so the judgment
 reads the environment Ray gave the process; where torch_npu is installed it asks torch.npu as well.
 """

@@ -1,5 +1,5 @@
 """int8 checkpoints and their math: safetensors reader, quantized layouts, FlashRL's requantization
 arithmetic, the streaming profiler, verify-quant, the vllm-ascend converter and the tiny test models.
 
-Imports only the base modules (rollout8.errors, .fileutil, .paths, ...), never spec/node/results/commands.
+Imports only the base modules (rollout8.errors, .fileutil, .paths, ...), never runspec/node/results/commands.
 """

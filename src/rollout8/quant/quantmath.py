@@ -6,7 +6,7 @@ FlashRL turns the trainer's bf16 weight W into
     type == int8:  clamp(round(W * output_scale * input_scale), -128, 127) as int8     (the linears)
     otherwise:     (W * output_scale * input_scale) as `type`                          (the layer norms)
 
-`profile`, `verify-quant`, the cluster smoke job and the engine tests all use these functions, so the
+`profile`, `verify-quant`, the cluster probe job and the engine tests all use these functions, so the
 arithmetic (including its operation order, which decides float rounding) is written once. Device-agnostic:
 everything happens on the tensor's own device (FlashRL's own version calls torch.cuda.current_device()).
 """

@@ -273,7 +273,7 @@ def load_run(path: Path, label: str | None = None) -> RunLog:
         run.notes.append(f"only the first {MAX_FILES} files under {path} were looked at")
     # Oldest first, so that for a step logged in two files (a restarted run) the newer file wins.
     candidates.sort(key=lambda p: (p.stat().st_mtime, str(p)))
-    # Collected Ray session logs hold every job since `ray start` (an earlier run, the smoke job...); the job's
+    # Collected Ray session logs hold every job since `ray start` (an earlier run, the probe job...); the job's
     # driver log holds only this job's TaskRunner output. If there is one, metrics come from it, not the workers.
     drivers = [f for f in candidates if _is_driver_log(f) and _has_console_metrics(f)]
     skipped_workers = 0

@@ -142,7 +142,7 @@ def check_paths(c: _Collector, spec: RunSpec) -> None:
                         "(deploy.shared_storage: true); a relative FlashRL path is taken for a hub id")
             elif not Path(local).exists():
                 c.info("flashrl-paths", field, f"{local} is not on this machine: not checked here "
-                       "(shared storage; the smoke job checks it on every node)")
+                       "(shared storage; the probe job checks it on every node)")
             continue
         if not Path(local).exists():
             what = "file" if name in ("profile", "train", "val", "reward") else "model directory"

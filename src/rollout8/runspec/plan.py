@@ -7,9 +7,9 @@
 - `rollout8-plan.json`: the plan, the `Plan` model below. Its fields:
   `node_paths` (what -> absolute node path: bf16, int8, profile, train, val, reward, flashrl, launch, plan),
   `copies` (local source -> node destination, file or directory, the list the artifacts role copies), `sha256`
-  ('what/relative file' -> sha256 of the controller's copy, checked again on every node by the smoke job), `env`
+  ('what/relative file' -> sha256 of the controller's copy, checked again on every node by the probe job), `env`
   (exported on every node before `ray start`: render's `build_env`, the same as `rollout8.env`), `entrypoints`
-  (smoke: the cluster smoke job; verl: `bash <deploy root>/launch.sh`), `training_steps`
+  (probe: the cluster probe job; verl: `bash <deploy root>/launch.sh`), `training_steps`
   (trainer.total_training_steps, for the verify play's one-sync-per-step check), `job_id` (a stable Ray submission
   id: the same plan gives the same id, so a re-run does not launch a finished job twice), `image` (the training
   image of this bundle's lock, `rollout8 lock --get image`, what `make image` tags: the roles' default
@@ -60,7 +60,7 @@ class Copy(BaseModel):
 
 
 class Plan(BaseModel):
-    """rollout8-plan.json: what the Ansible roles and the smoke job read (and nothing else)."""
+    """rollout8-plan.json: what the Ansible roles and the probe job read (and nothing else)."""
 
     model_config = ConfigDict(extra="forbid")
     schema_: int = SCHEMA
@@ -218,13 +218,13 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     sums["launch"] = hashlib.sha256(launch.encode()).hexdigest()
     steps = rendered.value("trainer.total_training_steps")
 
-    smoke = [cli, "smoke-job", "--plan", node_paths["plan"], "--nodes", str(spec.cluster.nnodes)]
+    probe = [cli, "probe-job", "--plan", node_paths["plan"], "--nodes", str(spec.cluster.nnodes)]
     plan = Plan(
         name=spec.name, accelerator=spec.cluster.accelerator, nnodes=spec.cluster.nnodes,
         npus_per_node=spec.cluster.npus_per_node, quantization=spec.rollout.quantization, flashrl=spec.flashrl,
         deploy_root=root, node_paths=dict(sorted(node_paths.items())), copies=copies,
         sha256=dict(sorted(sums.items())), env=dict(sorted(rendered.env.items())),
-        entrypoints={"smoke": shlex.join(smoke), "verl": shlex.join(["bash", node_paths["launch"]])},
+        entrypoints={"probe": shlex.join(probe), "verl": shlex.join(["bash", node_paths["launch"]])},
         training_steps=int(steps[1]) if steps[0] and steps[1] is not None else None,
         image=load_lock().image_ref(), shared_dir=spec.cluster.shared_dir, checkpoint_dir=spec.checkpoint_dir,
     )

@@ -1,8 +1,8 @@
-"""The cluster smoke job's per-node judgement (the Ray side runs in tests/cluster)."""
+"""The cluster probe job's per-node judgement (the Ray side runs in tests/cluster)."""
 
 from __future__ import annotations
 
-from rollout8.node.smoke_job import artifact_checksums, judge_node, parse_activation
+from rollout8.node.probe_job import artifact_checksums, judge_node, parse_activation
 
 CFG = "/var/lib/rollout8/runs/x/flashrl.yaml"
 PLAN = {"flashrl": True, "accelerator": "cpu", "quantization": "int8",

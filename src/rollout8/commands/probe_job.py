@@ -1,4 +1,4 @@
-"""`rollout8 smoke-job`: arguments, output and exit code; the work is rollout8.node.smoke_job."""
+"""`rollout8 probe-job`: arguments, output and exit code; the work is rollout8.node.probe_job."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from ..errors import Rollout8Error
-from ..node.smoke_job import VERDICT_PREFIX, run_job
-from ..spec.plan import load_plan
+from ..node.probe_job import VERDICT_PREFIX, run_job
+from ..runspec.plan import load_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +31,6 @@ def run(args: argparse.Namespace) -> int:
     print(VERDICT_PREFIX + line, flush=True)
     red = [v["hostname"] for v in verdict["nodes"].values() if not v["ok"]]
     summary = f"GREEN on all {len(verdict['nodes'])} nodes" if not red else f"RED on {', '.join(red)}"
-    print(f"smoke-job: verdict {summary}", flush=True)
+    print(f"probe-job: verdict {summary}", flush=True)
     return 0 if verdict["ok"] else 1
 

@@ -1,6 +1,6 @@
-"""The cluster smoke job: one Ray task per node proving the deployment is in place where rollouts will run.
+"""The cluster probe job: one Ray task per node proving the deployment is in place where rollouts will run.
 
-`rollout8 smoke-job --plan <deploy.root>/rollout8-plan.json` is submitted by Ansible as a Ray job (instead of
+`rollout8 probe-job --plan <deploy.root>/rollout8-plan.json` is submitted by Ansible as a Ray job (instead of
 verl) on the simulated CPU cluster, and can be submitted the same way on NPU nodes before a real run.
 The driver (on the head) places one task on every alive node that offers the `NPU` custom resource, with a
 hard node-affinity and the node's whole NPU count, so the check runs where verl's rollout workers would. Each
@@ -24,7 +24,7 @@ task reports, from inside a Ray worker process:
 - quantization: `rollout8 verify-quant` on the node's copies of the bf16 model, int8 model and profile; the online
   int8 weights must stay within 1 LSB of the checkpoint's.
 
-The driver prints one line per node and check, a final `ROLLOUT8_SMOKE_VERDICT {json}` line (what the verify play
+The driver prints one line per node and check, a final `ROLLOUT8_PROBE_VERDICT {json}` line (what the verify play
 and `rollout8 logs` read), writes the same JSON to --json-out if given, and exits 0 only if every node is green.
 """
 
@@ -43,7 +43,7 @@ from ..fileutil import sha256_file
 from .cann_env import cann_env, judge_cann_env
 from .npu_visibility import judge_npu_visibility, npu_visibility
 
-VERDICT_PREFIX = "ROLLOUT8_SMOKE_VERDICT "
+VERDICT_PREFIX = "ROLLOUT8_PROBE_VERDICT "
 ACTIVATION_MARKER = "rollout8: flash_rl activation:"
 ACTIVATION_SNIPPET = "import flash_rl  # noqa\nimport rollout8.activate  # noqa\n"
 MAX_LSB = 1
@@ -204,7 +204,7 @@ def run_job(plan: dict, expected_nodes: int | None, timeout: float) -> dict:
     if expected_nodes is not None and len(nodes) != expected_nodes:
         raise CheckFailed(f"{len(nodes)} alive nodes offer the NPU resource, expected {expected_nodes}: "
                           f"{', '.join(n['NodeManagerAddress'] for n in nodes) or 'none'}")
-    print(f"smoke-job: {len(nodes)} nodes: {', '.join(n['NodeManagerAddress'] for n in nodes)}", flush=True)
+    print(f"probe-job: {len(nodes)} nodes: {', '.join(n['NodeManagerAddress'] for n in nodes)}", flush=True)
     head_sums = artifact_checksums({k: v for k, v in plan["node_paths"].items() if k != "plan"})
     probe = ray.remote(node_probe)
     refs = {}
@@ -226,13 +226,13 @@ def run_job(plan: dict, expected_nodes: int | None, timeout: float) -> dict:
     driver_ok, driver_cann = judge_cann_env(driver_seen, plan.get("accelerator", "npu"))
     verdict["driver_cann"] = {"ok": driver_ok, "detail": driver_cann, **driver_seen}
     verdict["ok"] &= driver_ok
-    print(f"smoke-job: driver cann {'ok  ' if driver_ok else 'FAIL'} {driver_cann}", flush=True)
+    print(f"probe-job: driver cann {'ok  ' if driver_ok else 'FAIL'} {driver_cann}", flush=True)
     seen = npu_visibility()
     accelerator = plan.get("accelerator", "npu")
     visible_ok, visible = judge_npu_visibility(seen, "the driver (the job's entrypoint)", accelerator)
     verdict["driver_npu_visibility"] = {"ok": visible_ok, "detail": visible, **seen}
     verdict["ok"] &= visible_ok
-    print(f"smoke-job: driver npu-visible {'ok  ' if visible_ok else 'FAIL'} {visible}", flush=True)
+    print(f"probe-job: driver npu-visible {'ok  ' if visible_ok else 'FAIL'} {visible}", flush=True)
     for address, result in results.items():
         if "error" in result:
             checks = [("task", False, result["error"])]
@@ -245,5 +245,5 @@ def run_job(plan: dict, expected_nodes: int | None, timeout: float) -> dict:
         verdict["nodes"][address] = {"hostname": host, "ok": ok,
                                      "checks": [{"check": c, "ok": o, "detail": d} for c, o, d in checks]}
         for check, good, detail in checks:
-            print(f"smoke-job: {host} ({address}) {check:<12} {'ok  ' if good else 'FAIL'} {detail}", flush=True)
+            print(f"probe-job: {host} ({address}) {check:<12} {'ok  ' if good else 'FAIL'} {detail}", flush=True)
     return verdict
