@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Test-only helpers (log emitters, verl log writers, the upstream wheel cache) live in tests/support/.
-sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))
+# Test-only helpers (log emitters, verl log writers, the upstream wheel cache) live in tests/support/, importable by
+# name through pytest's `pythonpath` (pyproject.toml).
 
 
 # ---------------------------------------------------------------------------------------------- test models

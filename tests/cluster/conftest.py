@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import simcluster  # the simulated cluster (a product part, virtual/: on pytest's pythonpath)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "virtual"))  # the simulated cluster (a product part)
-
-import simcluster  # noqa: E402
 
 ANSIBLE_DIR, RECAP, Run = simcluster.ANSIBLE_DIR, simcluster.RECAP, simcluster.Run  # re-exported for the tests
 

@@ -1,20 +1,21 @@
 """Make FlashRL 1.0.3 write its real log lines, without vLLM, for the `rollout8 logs` tests.
 
-Run as a script in a subprocess (flash_rl configures the root logger at import):
-    python flashrl_log_emitter.py PLAN.json
-PLAN: {"stub_dir": DIR, "flashrl_config": PATH or null,
-       "ranks": [{"rank": R, "tp": T, "syncs": S, "file": F, "cuda_shim": true}]}
+Tests call emit(); it runs this file as a script in a subprocess (flash_rl configures the root logger at import):
+    PYTHONPATH=STUB_DIR python flashrl_log_emitter.py PLAN.json
+PLAN: {"flashrl_config": PATH or null, "ranks": [{"rank": R, "tp": T, "syncs": S, "file": F, "cuda_shim": true}]}
 
-A minimal stand-in `vllm` package (an LLM class whose engine exposes a model with load_weights) is put first on
-sys.path; everything else is FlashRL's own code: its import-time patching, the patched `vllm.LLM.__init__`
-(config detection, per-rank entry choice, load_weights patch) and the quantizing load_weights that logs each
-sync. Each rank's lines go to its own file through FlashRL's own handler and formatter.
+A minimal stand-in `vllm` package (an LLM class whose engine exposes a model with load_weights), first on the
+child's PYTHONPATH (before site-packages: it shadows a real vllm); everything else is FlashRL's own code: its
+import-time patching, the patched `vllm.LLM.__init__` (config detection, per-rank entry choice, load_weights
+patch) and the quantizing load_weights that logs each sync. Each rank's lines go to its own file through FlashRL's
+own handler and formatter.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -69,9 +70,20 @@ def write_stub(directory: Path) -> Path:
     return directory
 
 
+def emit(tmp: Path, config: Path | None, ranks: list[dict]) -> None:
+    """Run FlashRL's patched vllm.LLM.__init__ (and `syncs` weight loads) once per rank, in one child process,
+    against the stand-in vllm written under `tmp`; each rank logs to its own "file"."""
+    stub = write_stub(tmp / "stub")
+    plan = {"flashrl_config": str(config) if config else None, "ranks": ranks}
+    (tmp / "plan.json").write_text(json.dumps(plan))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(stub), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    done = subprocess.run([sys.executable, __file__, str(tmp / "plan.json")], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def main(plan_path: str) -> int:
     plan = json.loads(Path(plan_path).read_text())
-    sys.path.insert(0, plan["stub_dir"])
     os.environ["FLASHRL_LOGGING_LEVEL"] = "DEBUG"
     os.environ.setdefault("WORLD_SIZE", str(max(r["rank"] for r in plan["ranks"]) + 1))
     if plan.get("flashrl_config"):

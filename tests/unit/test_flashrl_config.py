@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from flashrl_log_emitter import emit  # tests/support
 
 from rollout8.cli import main
 from rollout8.errors import SpecError
@@ -27,21 +28,12 @@ from rollout8.runspec.flashrl_config import (
     write_config,
 )
 
-SUPPORT = Path(__file__).resolve().parents[1] / "support"  # test-only helpers
 FLASH_RL = Path(__import__("importlib").util.find_spec("flash_rl").origin).parent
 
 
 def flashrl_reads(config_path: Path, ranks: list[int], tp: int, tmp: Path) -> dict[int, dict]:
     """Run FlashRL's patched vllm.LLM.__init__ once per rank; what each rank logged about its entry."""
-    from flashrl_log_emitter import write_stub
-
-    write_stub(tmp / "stub")
-    plan = {"stub_dir": str(tmp / "stub"), "flashrl_config": str(config_path),
-            "ranks": [{"rank": r, "tp": tp, "syncs": 1, "file": str(tmp / f"rank{r}.log")} for r in ranks]}
-    (tmp / "plan.json").write_text(json.dumps(plan))
-    done = subprocess.run([sys.executable, str(SUPPORT / "flashrl_log_emitter.py"), str(tmp / "plan.json")],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    emit(tmp, config_path, [{"rank": r, "tp": tp, "syncs": 1, "file": str(tmp / f"rank{r}.log")} for r in ranks])
     out = {}
     for r in ranks:
         text = (tmp / f"rank{r}.log").read_text()

@@ -12,29 +12,16 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from flashrl_log_emitter import emit  # tests/support
 
 from rollout8.cli import main
 from rollout8.runspec.flashrl_config import build_config, write_config
 
-SUPPORT = Path(__file__).resolve().parents[1] / "support"  # test-only helpers
 pytestmark = pytest.mark.slow
-
-
-def _emit(tmp: Path, config: Path | None, ranks: list[dict]) -> None:
-    from flashrl_log_emitter import write_stub
-
-    write_stub(tmp / "stub")
-    plan = {"stub_dir": str(tmp / "stub"), "flashrl_config": str(config) if config else None, "ranks": ranks}
-    (tmp / "plan.json").write_text(json.dumps(plan))
-    done = subprocess.run([sys.executable, str(SUPPORT / "flashrl_log_emitter.py"), str(tmp / "plan.json")],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +37,8 @@ def emitted(tmp_path_factory):
                                        bf16_model=str(tmp / "bf16"), mix=(2, 1)), tmp / "flashrl.yaml")
     ranks = [{"rank": r, "tp": 1, "syncs": 3, "file": str(tmp / f"rank{r}.log")} for r in range(3)]
     ranks.append({"rank": 3, "tp": 1, "syncs": 1, "file": str(tmp / "rank3.log"), "cuda_shim": False})
-    _emit(tmp / "a", config, ranks)
-    _emit(tmp / "b", None, [{"rank": 4, "tp": 1, "syncs": 0, "file": str(tmp / "noconfig.log")}])
+    emit(tmp / "a", config, ranks)
+    emit(tmp / "b", None, [{"rank": 4, "tp": 1, "syncs": 0, "file": str(tmp / "noconfig.log")}])
     return tmp
 
 

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import simcluster  # virtual/, on pytest's pythonpath
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "virtual"))
-import simcluster  # noqa: E402
 
 
 def test_need_disk_refuses_in_one_line_naming_path_and_sizes(tmp_path):
