@@ -7,16 +7,13 @@ and shared between tests, because each engine start costs about half a minute.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from engine_platform import engine_available, int8_expectations  # the engine harness: virtual/engine
+from engine_runs import MAIN_STEPS, EngineRun, rollout8, run_engine
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "virtual" / "engine"))  # the engine harness (engine_platform, ...)
-
-from engine_platform import engine_available, int8_expectations  # noqa: E402
-from engine_runs import MAIN_STEPS, EngineRun, rollout8, run_engine  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -219,8 +219,7 @@ print("PASS")
 @pytest.mark.parametrize("backend, expected", [("cpu:gloo,cpu:nccl", "cpu:gloo"), ("nccl", "gloo"),
                                                ("cpu:gloo,cuda:nccl", "cpu:gloo,cuda:gloo"), ("gloo", "gloo")])
 def test_cpu_backend_string(backend, expected):
-    sys.path.insert(0, str(BRIDGES_DIR))
-    import rollout8_cpu_bridges
+    import rollout8_cpu_bridges  # virtual/cpu_bridges, on pytest's pythonpath
 
     assert rollout8_cpu_bridges.cpu_backend(backend) == expected
 

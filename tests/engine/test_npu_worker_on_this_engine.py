@@ -8,19 +8,13 @@ check must fail on exactly that, and nothing else; reload, logs and speed must p
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from engine_platform import on_ascend
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "npu"))
-
-from npu_support import INT8_STEPS, rollout8, run_engine  # noqa: E402
+from npu_support import INT8_STEPS, rollout8, run_engine  # tests/npu, on pytest's pythonpath
 
 from rollout8.node import npu_accept
-from rollout8.quant import quantmath  # noqa: E402
-from rollout8.quant.checkpoint import Checkpoint  # noqa: E402
+from rollout8.quant import quantmath
+from rollout8.quant.checkpoint import Checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -25,18 +25,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from npu_support import INT8_STEPS, RESULTS, STEP_ORDER, EngineRun, rollout8_ok, run_engine
 
 from rollout8.node.npu_accept import NEEDS_NPU, format_report, npu_absent_reason
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from npu_support import INT8_STEPS, RESULTS, STEP_ORDER, EngineRun, rollout8_ok, run_engine  # noqa: E402
 
 
 def _cann_pin() -> str:

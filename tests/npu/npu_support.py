@@ -9,13 +9,15 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+import engine_platform  # the engine harness (virtual/engine): one rank's engine environment
+import engine_runs
 
 from rollout8.node.npu_accept import STEPS, StepResult
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "virtual" / "engine"))  # engine_platform: one rank's engine environment
+ENGINE_HARNESS = Path(engine_platform.__file__).resolve().parent  # npu_worker.py imports it: on its PYTHONPATH
 
 ENGINE_TIMEOUT_S = int(os.environ.get("ROLLOUT8_ENGINE_TIMEOUT", "1800"))
 # The int8 engine's steps: generate, one FlashRL weight update, generate, read the int8 weights back, timing.
@@ -41,18 +43,13 @@ def rollout8_ok(*args: str) -> str:
     return proc.stdout
 
 
-@dataclass
-class EngineRun:
-    """What one worker process did: OUT/results.json, its tensors and FlashRL's log."""
-
-    out: Path
-    log: Path
-    stdout: str
+class EngineRun(engine_runs.EngineRun):
+    """The engine tier's record of one engine process (OUT/results.json, its tensors, FlashRL's log), read so that
+    a step the worker never reached is a failed step: the suite still prints its FAIL line."""
 
     @property
     def steps(self) -> dict:
-        path = self.out / "results.json"
-        return json.loads(path.read_text())["steps"] if path.is_file() else {}
+        return self.results["steps"] if (self.out / "results.json").is_file() else {}
 
     def step(self, label: str) -> dict:
         return self.steps.get(label, {"ok": False, "error": f"step {label!r} did not run; engine output tail:\n"
@@ -60,15 +57,14 @@ class EngineRun:
 
 
 def run_engine(out: Path, *, model: Path, flashrl_config: Path, steps: list[str], **spec_fields) -> EngineRun:
-    """Run this file as a fresh engine process, with the engine tier's environment for one rollout rank."""
-    from engine_platform import engine_env
-
+    """npu_worker.py as a fresh engine process, with the engine tier's environment for one rollout rank."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / "flashrl.log"
     log.unlink(missing_ok=True)
     spec = {"out": str(out), "model": str(model), "steps": steps, **spec_fields}
     (out / "spec.json").write_text(json.dumps(spec, indent=2))
-    env = engine_env(rank=0, world_size=1, flashrl_config=flashrl_config, log_file=log)
+    env = engine_platform.engine_env(rank=0, world_size=1, flashrl_config=flashrl_config, log_file=log)
+    env["PYTHONPATH"] = os.pathsep.join([str(ENGINE_HARNESS), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run([sys.executable, str(HERE / "npu_worker.py"), str(out / "spec.json")], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=ENGINE_TIMEOUT_S)
     (out / "engine.out").write_text(proc.stdout)

@@ -4,6 +4,8 @@ A fresh interpreter per engine (FlashRL patches vLLM at import time; a process h
 flash_rl first, as the patched verl/__init__.py does, then builds `vllm.LLM(model=<bf16 dir>)` the way verl's
 sync rollout does; FlashRL's config (FLASHRL_CONFIG, written by `rollout8 setup`) swaps it to the int8 model.
 Each step's outcome goes to OUT/results.json, rewritten after every step so a crash keeps what happened before.
+It imports the engine harness (virtual/engine: engine_platform, engine_worker) from PYTHONPATH, which
+npu_support.run_engine sets.
 
 Steps: start | generate:<label> | reload:<label> (bf16 checkpoint through the model's load_weights, i.e. one
 FlashRL weight update) | dump-int8:<label> (the engine's int8 weights read back in ND format, to OUT/<label>.pt)
@@ -21,10 +23,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-ENGINE_TIER = HERE.parents[1] / "virtual" / "engine"
-sys.path.insert(0, str(ENGINE_TIER))  # the engine tier's helpers: one way to find and describe the model
 
 PROMPTS = ["The capital of France is", "Natalia sold clips to 48 of her friends in April. How many",
            "def fibonacci(n):", "Int8 rollout on Ascend NPUs means"]
