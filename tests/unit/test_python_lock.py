@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_dockerfile_cache import instructions, parse  # tests/unit is on sys.path (pytest rootdir-less import)
+from dockerfile_model import instructions, parse  # tests/support
 
 from rollout8 import pylock
 from rollout8.errors import LockError
