@@ -17,7 +17,7 @@ import html
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import Rollout8Error
@@ -48,12 +48,70 @@ BOOTSTRAP_SAMPLES = 2000
 
 
 # ---------------------------------------------------------------------------------------------- summary
-@dataclass
+@dataclass(frozen=True)
 class Speedup:
     ratio: float  # baseline mean time / run mean time over the steps both have (>1: the run is faster)
     low: float  # 2.5th percentile of a paired bootstrap over those steps
     high: float
     steps: int
+
+
+@dataclass(frozen=True)
+class ValResult:
+    """One validation metric of one run: its last and best value, and its value before training."""
+
+    final: float
+    final_step: int
+    best: float
+    best_step: int
+    initial: float
+
+
+@dataclass(frozen=True)
+class TimedMetric:
+    """A time metric of one run (step time, rollout time) over its timed steps, warm-up left out."""
+
+    key: str  # the verl metric it was read from
+    mean: float | None
+    steps: int
+    compared: bool = False  # measured against the baseline: summary.json then has `speedup` (null: no common step)
+    speedup: Speedup | None = None
+
+    def to_dict(self) -> dict:
+        out: dict = {"key": self.key, "mean": self.mean, "steps": self.steps}
+        if self.compared:
+            out["speedup"] = asdict(self.speedup) if self.speedup else None
+        return out
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run's row of the summary table (and of summary.json's `runs`)."""
+
+    label: str
+    mode: str
+    path: str
+    baseline: bool
+    steps: int  # training steps logged (step >= 1)
+    last_step: int | None
+    val: dict[str, ValResult | None] | None  # per validation key; None when no run has one (no `val` in the JSON)
+    step_time: TimedMetric | None
+    gen_time: TimedMetric | None
+    switch_time: float | None  # timing_s/gen - timing_s/generate_sequences: weight sync and engine switch
+    update_time: float | None
+    throughput: float | None
+    response_length: float | None
+
+    def to_dict(self) -> dict:
+        """summary.json's row: the same keys, in the same order, as the report has always written."""
+        out: dict = {"label": self.label, "mode": self.mode, "path": self.path, "baseline": self.baseline,
+                     "steps": self.steps, "last_step": self.last_step}
+        if self.val is not None:
+            out["val"] = {k: asdict(v) if v else None for k, v in self.val.items()}
+        out.update(step_time=self.step_time.to_dict() if self.step_time else None,
+                   gen_time=self.gen_time.to_dict() if self.gen_time else None, switch_time=self.switch_time,
+                   update_time=self.update_time, throughput=self.throughput, response_length=self.response_length)
+        return out
 
 
 def _first_key(run: RunLog, candidates: tuple[str, ...]) -> str | None:
@@ -117,60 +175,63 @@ def speedup(base: dict[int, float], other: dict[int, float], seed: int = 0) -> S
     return Speedup(ratio, low, high, len(common))
 
 
-def summarize(runs: list[RunLog], baseline: RunLog, skip_first: int) -> tuple[list[dict], list[str]]:
-    rows: list[dict] = []
+def _val_result(run: RunLog, vkey: str) -> ValResult | None:
+    xs, ys = run.series(vkey)
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y)]
+    if not pairs:
+        return None
+    best = max(pairs, key=lambda p: p[1])
+    return ValResult(final=pairs[-1][1], final_step=pairs[-1][0], best=best[1], best_step=best[0],
+                     initial=pairs[0][1])
+
+
+def _timed_metric(run: RunLog, candidates: tuple[str, ...], baseline: RunLog, base_key: str | None,
+                  skip_first: int) -> TimedMetric | None:
+    key = _first_key(run, candidates)
+    if key is None:
+        return None
+    timed = _timed_steps(run, key, skip_first)
+    compared = bool(base_key) and run is not baseline
+    sp = speedup(_timed_steps(baseline, base_key, skip_first), timed) if compared else None
+    return TimedMetric(key, _mean(list(timed.values())), len(timed), compared, sp)
+
+
+def _mean_of(run: RunLog, candidates: tuple[str, ...], skip_first: int) -> float | None:
+    key = _first_key(run, candidates)
+    return _mean(list(_timed_steps(run, key, skip_first).values())) if key else None
+
+
+def summarize(runs: list[RunLog], baseline: RunLog, skip_first: int) -> tuple[list[RunRow], list[str]]:
+    rows: list[RunRow] = []
     notes: list[str] = []
     vkeys = val_keys(runs)
     base_step_key = _first_key(baseline, STEP_TIME)
     base_gen_key = _first_key(baseline, GEN_TIME)
     longest = max((r.last_step or 0) for r in runs)
     for run in runs:
-        row: dict = {"label": run.label, "mode": run.mode or "unknown", "path": str(run.path),
-                     "baseline": run is baseline}
-        train_steps = [s for s in run.steps if s >= 1]
-        row["steps"] = len(train_steps)
-        row["last_step"] = run.last_step
         if run.last_step is not None and run.last_step < longest:
             notes.append(f"{run.label}: stops at step {run.last_step} while the longest run reaches {longest} "
                          "(interrupted?); its means cover the steps it has")
-        for vkey in vkeys:
-            xs, ys = run.series(vkey)
-            pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y)]
-            if not pairs:
-                row.setdefault("val", {})[vkey] = None
-                continue
-            best = max(pairs, key=lambda p: p[1])
-            row.setdefault("val", {})[vkey] = {"final": pairs[-1][1], "final_step": pairs[-1][0],
-                                               "best": best[1], "best_step": best[0], "initial": pairs[0][1]}
-        timed_metrics = (("step_time", STEP_TIME, base_step_key), ("gen_time", GEN_TIME, base_gen_key))
-        for name, candidates, base_key in timed_metrics:
-            key = _first_key(run, candidates)
-            if key is None:
-                row[name] = None
-                continue
-            timed = _timed_steps(run, key, skip_first)
-            row[name] = {"key": key, "mean": _mean(list(timed.values())), "steps": len(timed)}
-            if base_key and run is not baseline:
-                sp = speedup(_timed_steps(baseline, base_key, skip_first), timed)
-                row[name]["speedup"] = sp.__dict__ if sp else None
         gen_key, only_key = _first_key(run, GEN_TIME), _first_key(run, GEN_ONLY)
+        switch_time = None
         if gen_key and only_key:
             gen, only = _timed_steps(run, gen_key, skip_first), _timed_steps(run, only_key, skip_first)
-            row["switch_time"] = _mean([gen[s] - only[s] for s in gen if s in only])
-        else:
-            row["switch_time"] = None
-        key = _first_key(run, UPDATE_TIME)
-        row["update_time"] = _mean(list(_timed_steps(run, key, skip_first).values())) if key else None
-        key = _first_key(run, THROUGHPUT)
-        row["throughput"] = _mean(list(_timed_steps(run, key, skip_first).values())) if key else None
+            switch_time = _mean([gen[s] - only[s] for s in gen if s in only])
         key = _first_key(run, RESP_LEN)
-        row["response_length"] = _mean(run.series(key)[1]) if key else None
-        rows.append(row)
+        rows.append(RunRow(
+            label=run.label, mode=run.mode or "unknown", path=str(run.path), baseline=run is baseline,
+            steps=len([s for s in run.steps if s >= 1]), last_step=run.last_step,
+            val={vkey: _val_result(run, vkey) for vkey in vkeys} if vkeys else None,
+            step_time=_timed_metric(run, STEP_TIME, baseline, base_step_key, skip_first),
+            gen_time=_timed_metric(run, GEN_TIME, baseline, base_gen_key, skip_first),
+            switch_time=switch_time, update_time=_mean_of(run, UPDATE_TIME, skip_first),
+            throughput=_mean_of(run, THROUGHPUT, skip_first),
+            response_length=_mean(run.series(key)[1]) if key else None))
     return rows, notes
 
 
 # ---------------------------------------------------------------------------------------------- pictures
-@dataclass
+@dataclass(frozen=True)
 class Panel:
     title: str
     ylabel: str
@@ -276,19 +337,19 @@ def _fmt(value, digits: int = 4) -> str:
     return html.escape(str(value))
 
 
-def _speedup_cell(cell: dict | None) -> str:
-    if not cell or cell.get("mean") is None:
+def _speedup_cell(cell: TimedMetric | None) -> str:
+    if not cell or cell.mean is None:
         return "&ndash;"
-    text = f"{cell['mean']:.4g} s"
-    sp = cell.get("speedup")
+    text = f"{cell.mean:.4g} s"
+    sp = cell.speedup
     if sp:
-        change = (1 / sp["ratio"] - 1) * 100
-        text += (f"<br><b>{sp['ratio']:.3f}x</b> [{sp['low']:.3f}, {sp['high']:.3f}]"
-                 f"<br><small>{change:+.1f}% time, {sp['steps']} paired steps</small>")
+        change = (1 / sp.ratio - 1) * 100
+        text += (f"<br><b>{sp.ratio:.3f}x</b> [{sp.low:.3f}, {sp.high:.3f}]"
+                 f"<br><small>{change:+.1f}% time, {sp.steps} paired steps</small>")
     return text
 
 
-def render_html(title: str, runs: list[RunLog], rows: list[dict], notes: list[str],
+def render_html(title: str, runs: list[RunLog], rows: list[RunRow], notes: list[str],
                 pictures: list[tuple[str, Path]], skip_first: int) -> str:
     vkeys = val_keys(runs)
     head = ["run", "mode", "steps (last)"]
@@ -298,20 +359,19 @@ def render_html(title: str, runs: list[RunLog], rows: list[dict], notes: list[st
              "of which weight sync and engine switch (s)", "actor update (timing_s/update_actor, s)",
              "tokens/s/device", "mean response length"]
     body = []
-    base_row = next(r for r in rows if r["baseline"])
+    base_row = next(r for r in rows if r.baseline)
     for row in rows:
-        cells = [html.escape(row["label"]) + (" <small>(baseline)</small>" if row["baseline"] else ""),
-                 html.escape(row["mode"]), f"{row['steps']} ({_fmt(row['last_step'])})"]
+        cells = [html.escape(row.label) + (" <small>(baseline)</small>" if row.baseline else ""),
+                 html.escape(row.mode), f"{row.steps} ({_fmt(row.last_step)})"]
         for key in vkeys:
-            val = (row.get("val") or {}).get(key)
-            base = (base_row.get("val") or {}).get(key)
-            delta = (f" <small>({val['final'] - base['final']:+.4f})</small>"
+            val = (row.val or {}).get(key)
+            base = (base_row.val or {}).get(key)
+            delta = (f" <small>({val.final - base.final:+.4f})</small>"
                      if val and base and row is not base_row else "")
-            cells += [_fmt(val["final"]) + delta if val else "&ndash;",
-                      f"{_fmt(val['best'])} ({val['best_step']})" if val else "&ndash;"]
-        cells += [_speedup_cell(row["step_time"]), _speedup_cell(row["gen_time"]), _fmt(row["switch_time"]),
-                  _fmt(row["update_time"]), _fmt(row["throughput"]),
-                  _fmt(row["response_length"])]
+            cells += [_fmt(val.final) + delta if val else "&ndash;",
+                      f"{_fmt(val.best)} ({val.best_step})" if val else "&ndash;"]
+        cells += [_speedup_cell(row.step_time), _speedup_cell(row.gen_time), _fmt(row.switch_time),
+                  _fmt(row.update_time), _fmt(row.throughput), _fmt(row.response_length)]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     imgs = []
     for caption, path in pictures:
@@ -420,7 +480,8 @@ def build(run_paths: list[Path], out: Path, labels: list[str] | None = None, mod
     with staged_files(out) as stage:
         pictures = figures(runs, stage, notes)
         page = render_html(title, runs, rows, notes, pictures, skip_first)
-        summary = {"title": title, "baseline": baseline.label, "skip_first": skip_first, "runs": rows,
+        summary = {"title": title, "baseline": baseline.label, "skip_first": skip_first,
+                   "runs": [row.to_dict() for row in rows],
                    "notes": notes, "pictures": [p.name for _, p in pictures]}
         (stage / "summary.json").write_text(json.dumps(_nan_to_none(summary), indent=2), encoding="utf-8")
         (stage / "report.html").write_text(page, encoding="utf-8")
