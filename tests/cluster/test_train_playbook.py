@@ -10,6 +10,8 @@ import pytest
 import simcluster
 from conftest import Cluster, Run, one_line
 
+from rollout8.node.probe_job import read_verdict
+
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
@@ -20,9 +22,9 @@ PLAN = "/var/lib/rollout8/runs/tiny-cpu-sim/rollout8-plan.json"
 def verdict_from(cluster: Cluster) -> dict:
     logs = sorted((cluster.work / "logs").glob("*/driver.log"), key=lambda p: p.stat().st_mtime)
     assert logs, "no driver log collected on the controller"
-    lines = [line for line in logs[-1].read_text().splitlines() if line.startswith("ROLLOUT8_PROBE_VERDICT ")]
-    assert lines, f"no probe verdict in {logs[-1]}"
-    return json.loads(lines[-1].split(" ", 1)[1])
+    verdict = read_verdict(logs[-1].read_text())
+    assert verdict is not None, f"no probe verdict in {logs[-1]}"
+    return verdict
 
 
 def test_converges_and_probe_job_is_green_on_every_node(sim_cluster: Cluster, converged: Run):
@@ -151,7 +153,7 @@ def test_env_not_exported_before_ray_start_is_caught(sim_cluster: Cluster, conve
                                "/opt/rollout8/venv/bin/rollout8", "probe-job", "--plan", PLAN, "--nodes", "3",
                                check=False)
         out = job.stdout + job.stderr
-        assert "ROLLOUT8_PROBE_VERDICT " in out, out[-3000:]
+        assert read_verdict(out) is not None, out[-3000:]
         for node in NODES:
             pattern = rf"{node} \(\S+\) env\s+FAIL FLASHRL_CONFIG is not in the Ray worker's environment"
             assert re.search(pattern, out), out
@@ -161,7 +163,7 @@ def test_env_not_exported_before_ray_start_is_caught(sim_cluster: Cluster, conve
             assert re.search(renumbered, out), out
         assert "driver npu-visible FAIL ASCEND_RT_VISIBLE_DEVICES='' in the driver (the job's entrypoint): Ray hid " \
                "every NPU from it (ray #59063" in out, out[-3000:]
-        verdict = json.loads(out.split("ROLLOUT8_PROBE_VERDICT ", 1)[1].splitlines()[0])
+        verdict = read_verdict(out)
         assert verdict["driver_env"]["FLASHRL_CONFIG"] == cfg
         assert verdict["ok"] is False and verdict["driver_npu_visibility"]["ok"] is False
     finally:

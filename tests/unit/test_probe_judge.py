@@ -133,3 +133,52 @@ def test_npu_visibility_asks_torch_npu_where_it_is_installed():
     assert not ok and "torch.npu.is_available() is False" in line
     # an NPU run needs torch_npu; its absence is red there, not a pass judged from the environment
     assert not judge_npu_visibility(seen({NOSET: "1"}), "w", "npu")[0]
+
+
+# ---------------------------------------------------------------------------------------------- the one parser
+def _verdict_line(ok=True, nodes=("n1", "n2"), red=()):
+    import json
+
+    from rollout8.node.probe_job import VERDICT_PREFIX
+
+    body = {"ok": ok and not red, "nodes": {f"10.0.0.{i}": {"hostname": h, "ok": h not in red,
+                                                            "checks": [{"check": "env", "ok": h not in red,
+                                                                        "detail": ""}]}
+                                           for i, h in enumerate(nodes)}}
+    return VERDICT_PREFIX + json.dumps(body)
+
+
+def test_read_verdict_takes_the_last_verdict_and_skips_a_cut_line():
+    from rollout8.node.probe_job import VERDICT_PREFIX, read_verdict
+
+    log = "\n".join(["noise", _verdict_line(red=("n2",)), _verdict_line(), VERDICT_PREFIX + '{"ok": true, "no'])
+    verdict = read_verdict(log)
+    assert verdict is not None and verdict["ok"] is True
+    assert read_verdict("probe-job: 3 nodes\nno verdict here\n") is None
+
+
+def test_judge_verdict_is_green_only_with_every_node_green_and_present():
+    from rollout8.node.probe_job import judge_verdict, read_verdict
+
+    assert judge_verdict(read_verdict(_verdict_line()), 2) == (True, "probe job GREEN on all 2 nodes")
+    ok, line = judge_verdict(read_verdict(_verdict_line(red=("n2",))), 2)
+    assert not ok and "RED on n2" in line
+    ok, line = judge_verdict(read_verdict(_verdict_line()), 3)
+    assert not ok and "2 of 3 nodes reported" in line
+    ok, line = judge_verdict(None, 3)
+    assert not ok and "no verdict" in line
+
+
+def test_probe_job_judge_cli_prints_one_json_object_and_exits_by_the_verdict(tmp_path, capsys):
+    import json
+
+    from rollout8.cli import main
+
+    log = tmp_path / "driver.log"
+    log.write_text(_verdict_line(red=("n1",)) + "\n")
+    assert main(["probe-job", "--judge", str(log), "--nodes", "2"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and "RED on n1" in out["line"] and len(out["nodes"]) == 2
+    log.write_text(_verdict_line() + "\n")
+    assert main(["probe-job", "--judge", str(log), "--nodes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["line"] == "probe job GREEN on all 2 nodes"

@@ -1,14 +1,23 @@
-"""`rollout8 plan`: arguments, output and exit code; the work is rollout8.runspec.plan."""
+"""`rollout8 plan`: arguments, output and exit code; the work is rollout8.runspec.plan and rollout8.runspec.proof.
+
+The Ansible plan role's one command on the controller: the FlashRL profile if it is missing (--profile missing),
+`check`'s rules, the plan, then the full verify-quant of the artifacts (--verify-quant, kept per set of artifacts).
+stdout is one JSON object (plan, job_id, copies, files, profile_written, verify_quant); a refusal is one line on
+stderr and a non-zero exit, with nothing copied anywhere.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from ..fileutil import check_output
 from ..runspec.plan import PLAN_FILE, build_plan
+from ..runspec.proof import ensure_profile, verify_artifacts
+from ..runspec.runspec import load_spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,13 +26,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-cli", default=os.environ.get("ROLLOUT8_NODE_CLI", "rollout8"),
                         help="the rollout8 command on the nodes (used in the probe job's entrypoint)")
     parser.add_argument("--no-check", action="store_true",
-                        help="plan even if `rollout8 check` finds errors (to reproduce a trap on purpose)")
+                        help="plan even if `rollout8 check` finds errors (to reproduce a trap on purpose); "
+                             "also skips --verify-quant")
+    parser.add_argument("--profile", choices=("missing", "never"), default="never",
+                        help="missing: compute the FlashRL profile first when the spec's profile file does not exist "
+                             "(default never: a missing profile is refused)")
+    parser.add_argument("--verify-quant", action="store_true",
+                        help="then verify every int8 weight against the bf16 weights and the profile (once per set "
+                             "of artifacts: the report is kept in the output directory under their checksums)")
+
+
+def _progress(what: str):
+    step = {"next": 0.0}
+
+    def report(done: int, total: int) -> None:  # on stderr: stdout is the one JSON object
+        if done / max(total, 1) >= step["next"] or done == total:
+            print(f"plan: {what} {done}/{total}", file=sys.stderr, flush=True)
+            step["next"] = done / max(total, 1) + 0.1
+
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
     check_output(args.output, directory=True, inputs={"(the spec)": args.spec})
+    written = None
+    if args.profile == "missing":
+        written = ensure_profile(load_spec(args.spec), progress=_progress("profile, layer"))
     plan = build_plan(args.spec, args.output, args.node_cli, check=not args.no_check)
-    print(json.dumps({"plan": str(args.output / PLAN_FILE), "job_id": plan.job_id,
-                      "copies": len(plan.copies), "files": len(plan.sha256)}))
+    verified = None
+    if args.verify_quant and plan.flashrl and not args.no_check:
+        report, cached = verify_artifacts(load_spec(args.spec), plan.sha256, args.output,
+                                          progress=_progress("verify-quant, tensor"))
+        verified = {"report": str(report), "cached": cached}
+    print(json.dumps({"plan": str(args.output / PLAN_FILE), "job_id": plan.job_id, "copies": len(plan.copies),
+                      "files": len(plan.sha256), "profile_written": str(written) if written else None,
+                      "verify_quant": verified}))
     return 0
-

@@ -1,4 +1,9 @@
-"""`rollout8 probe-job`: arguments, output and exit code; the work is rollout8.node.probe_job."""
+"""`rollout8 probe-job`: arguments, output and exit code; the work is rollout8.node.probe_job.
+
+Two modes: on the head, as the Ray job's entrypoint (`--plan`), it runs the probe on every node and prints the
+verdict; on the controller (`--judge DRIVER_LOG`), it reads that verdict back with the one parser and prints one
+JSON object (ok, line, nodes) for the verify role, exit 0 green, 1 red.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,24 @@ import json
 from pathlib import Path
 
 from ..errors import Rollout8Error
-from ..node.probe_job import VERDICT_PREFIX, run_job
+from ..node.probe_job import VERDICT_PREFIX, judge_verdict, read_verdict, run_job
 from ..runspec.plan import load_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--plan", required=True, help="the deployment plan JSON at its node path "
-                                                      "(<deploy.root>/rollout8-plan.json, written by `rollout8 plan`)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--plan", help="run the probe: the deployment plan JSON at its node path "
+                                     "(<deploy.root>/rollout8-plan.json, written by `rollout8 plan`)")
+    mode.add_argument("--judge", type=Path, metavar="DRIVER_LOG",
+                      help="judge a finished probe job from its driver log (the verify role, on the controller)")
     parser.add_argument("--nodes", type=int, default=None, help="number of nodes that must take part")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all node tasks")
     parser.add_argument("--json-out", default=None, help="also write the verdict JSON here")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.judge is not None:
+        return judge(args.judge, args.nodes)
     try:
         plan = load_plan(args.plan).to_json()  # the one Plan model: a plan of another schema is refused here
     except (OSError, ValueError) as exc:
@@ -29,8 +39,22 @@ def run(args: argparse.Namespace) -> int:
     if args.json_out:
         Path(args.json_out).write_text(line + "\n")
     print(VERDICT_PREFIX + line, flush=True)
-    red = [v["hostname"] for v in verdict["nodes"].values() if not v["ok"]]
-    summary = f"GREEN on all {len(verdict['nodes'])} nodes" if not red else f"RED on {', '.join(red)}"
-    print(f"probe-job: verdict {summary}", flush=True)
-    return 0 if verdict["ok"] else 1
+    ok, summary = judge_verdict(verdict, args.nodes)
+    print(f"probe-job: verdict {summary.removeprefix('probe job ')}", flush=True)
+    return 0 if ok else 1
 
+
+def judge(driver_log: Path, nodes: int | None) -> int:
+    try:
+        text = driver_log.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise Rollout8Error(f"--judge {driver_log}: cannot read the driver log ({exc.strerror or exc}); "
+                            "collect the job's logs first (--tags verify)") from exc
+    verdict = read_verdict(text)
+    ok, line = judge_verdict(verdict, nodes)
+    rows = []
+    for address, node in sorted((verdict or {}).get("nodes", {}).items()):
+        checks = ", ".join(f"{c.get('check')}={'ok' if c.get('ok') else 'FAIL'}" for c in node.get("checks", []))
+        rows.append(f"{node.get('hostname', address)} ({address}): {'GREEN' if node.get('ok') else 'RED'} - {checks}")
+    print(json.dumps({"ok": ok, "line": line, "nodes": rows}))
+    return 0 if ok else 1

@@ -190,6 +190,40 @@ def judge_node(report: dict, plan: dict, head_sums: dict[str, str]) -> list[tupl
     return checks
 
 
+# ---------------------------------------------------------------------------------------------- verdict
+def read_verdict(text: str) -> dict | None:
+    """The one parser of the probe job's verdict: the last `ROLLOUT8_PROBE_VERDICT {json}` payload of a driver log
+    (ok, nodes: {address: {hostname, ok, checks: [{check, ok, detail}]}}), None when the log has none. The verify
+    role (`rollout8 probe-job --judge`), the simulated cluster and the tests all read it here."""
+    found = None
+    for line in text.splitlines():
+        if line.startswith(VERDICT_PREFIX):
+            try:
+                payload = json.loads(line[len(VERDICT_PREFIX):])
+            except ValueError:
+                continue  # a line cut short by a dying driver is no verdict
+            if isinstance(payload, dict) and isinstance(payload.get("nodes"), dict):
+                found = payload
+    return found
+
+
+def judge_verdict(verdict: dict | None, expected_nodes: int | None) -> tuple[bool, str]:
+    """(green, one line) for a parsed verdict: green only with every expected node reporting and every check ok."""
+    if verdict is None:
+        return False, "probe job RED: no verdict in the driver log (the job did not get to judge the nodes)"
+    nodes = verdict["nodes"]
+    red = [v.get("hostname", address) for address, v in nodes.items() if not v.get("ok")]
+    short = expected_nodes is not None and len(nodes) != expected_nodes
+    if verdict.get("ok") and not red and not short:
+        return True, f"probe job GREEN on all {len(nodes)} nodes"
+    why = [f"RED on {', '.join(red)}"] if red else []
+    if short:
+        why.append(f"{len(nodes)} of {expected_nodes} nodes reported")
+    if not why:
+        why.append("the driver's own checks failed (cann or npu-visible in the entrypoint)")
+    return False, "probe job " + "; ".join(why)
+
+
 # ---------------------------------------------------------------------------------------------- driver
 def npu_nodes(ray_module) -> list[dict]:
     return [n for n in ray_module.nodes() if n.get("Alive") and n.get("Resources", {}).get("NPU", 0) > 0]

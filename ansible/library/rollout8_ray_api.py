@@ -1,0 +1,94 @@
+#!/usr/bin/python
+"""Ray's dashboard HTTP APIs, asked from the node itself (the head): standard library only, no Ray client.
+
+Runs on the node's own Python before or beside anything rollout8 installs (keep it Python 3.7 compatible). The
+dashboard listens on the head's loopback by default (`url`: rollout8_ray_api); the training container shares the
+host's network, so the host reaches it there too.
+
+`what`:
+- `nodes`: the alive nodes and the NPU custom resource each offers: `nodes` = {node ip: NPU count}. An
+  unreachable dashboard is not a failure (the caller waits): `reachable` says whether it answered.
+- `job`: a Ray job's `status` (NONE for an id Ray does not know, or an empty id), `start_time` (seconds since the
+  epoch: the logs collected are those written since) and, while it runs, `last_step`: the last verl training step
+  its driver log shows (None if none yet), read from the log's tail only.
+- `job_logs`: the job's driver log as `logs` (the verify play keeps it on the controller).
+
+Nothing changes on the node: `changed` is always false.
+"""
+
+
+import json
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.six.moves.urllib.request import urlopen
+
+# verl's console logger: `step:12 - ... - timing_s/step:3.4 ...` (not a path segment such as `global_step:`)
+STEP = re.compile(r"(?<![\w/])step:(\d+) - .*timing_s/step:")
+
+
+def get(url, timeout):
+    response = urlopen(url, timeout=timeout)
+    try:
+        return json.loads(response.read().decode("utf-8", "replace"))
+    finally:
+        response.close()
+
+
+def nodes(base, timeout):
+    try:
+        data = get(base + "/api/v0/nodes?limit=10000", timeout)
+    except (URLError, OSError, ValueError) as exc:
+        return {"reachable": False, "nodes": {}, "error": str(exc)}
+    found = {}
+    for node in data["data"]["result"]["result"]:
+        if node.get("state") == "ALIVE":
+            found[node["node_ip"]] = node.get("resources_total", {}).get("NPU", 0)
+    return {"reachable": True, "nodes": found}
+
+
+def job(base, job_id, timeout, with_logs):
+    if not job_id:
+        return {"status": "NONE", "last_step": None, "start_time": 0}
+    try:
+        info = get(base + "/api/jobs/" + job_id, timeout)
+    except HTTPError as exc:
+        if exc.code != 404:
+            raise
+        return {"status": "NONE", "last_step": None, "start_time": 0}
+    out = {"status": info["status"], "last_step": None, "start_time": int((info.get("start_time") or 0) / 1000)}
+    if info["status"] == "RUNNING" or with_logs:
+        logs = get(base + "/api/jobs/" + job_id + "/logs", timeout * 2)["logs"]
+        steps = STEP.findall(logs)
+        out["last_step"] = int(steps[-1]) if steps else None
+        if with_logs:
+            out["logs"] = logs
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "what": {"type": "str", "required": True, "choices": ["nodes", "job", "job_logs"]},
+            "job_id": {"type": "str", "default": ""},
+            "timeout": {"type": "int", "default": 30},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    base = p["url"].rstrip("/")
+    try:
+        if p["what"] == "nodes":
+            result = nodes(base, p["timeout"])
+        else:
+            result = job(base, p["job_id"], p["timeout"], with_logs=p["what"] == "job_logs")
+    except (URLError, OSError, ValueError, KeyError) as exc:
+        module.fail_json(msg="Ray's dashboard at {} did not answer as expected ({}): is Ray running on the head? "
+                             "(`ray status` there)".format(base, exc))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
