@@ -10,7 +10,6 @@ import ast
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -83,19 +82,17 @@ def test_builtin_config_name_is_accepted():
 
 
 @pytest.mark.slow
-def test_patched_verl_head_activates_flashrl(tmp_path):
+def test_patched_verl_head_activates_flashrl(verl_pristine, flashrl_pristine, tmp_path):
     """The first statements of the patched verl/__init__.py, run with FlashRL (patched copy) and the stand-in vLLM:
     FlashRL hooks vLLM's LLM and the activation line says so. (The rest of verl's __init__ needs ray and friends.)"""
-    verl_root = tmp_path / "verl-src"
-    with zipfile.ZipFile(uw.wheel("verl", uw.VERL_STAND_IN_VERSION)) as zf:
-        zf.extract("verl/__init__.py", verl_root)
+    verl_root = uw.copy_tree(verl_pristine, tmp_path / "verl-src")
     patches.apply_patches(verl_root, "verl")
     source = (verl_root / "verl" / "__init__.py").read_text()
     head = [node for node in ast.parse(source).body[:2]]
     assert [ast.unparse(n) for n in head] == ["import flash_rl", "import rollout8.activate"]
     code = "\n".join(ast.unparse(n) for n in head)
 
-    site = uw.unpack(uw.wheel("flash-llm-rl", uw.locked_pypi_version("flash-llm-rl")), tmp_path / "site", "flash_rl")
+    site = uw.copy_tree(flashrl_pristine, tmp_path / "site")
     patches.apply_patches(site, "flash_rl")
     model, profile = tmp_path / "int8", tmp_path / "profile.pt"
     model.mkdir()

@@ -37,12 +37,6 @@ CHUNKED = "0004-int8-requant-in-row-blocks.patch"
 
 
 @pytest.fixture(scope="module")
-def flashrl_pristine(tmp_path_factory) -> Path:
-    whl = uw.wheel("flash-llm-rl", uw.locked_pypi_version("flash-llm-rl"))
-    return uw.unpack(whl, tmp_path_factory.mktemp("flashrl-pristine"), "flash_rl")
-
-
-@pytest.fixture(scope="module")
 def flashrl(flashrl_pristine, tmp_path_factory):
     """flashrl(*patch_file_names) -> a site-packages-like dir holding flash_rl with just those patches applied."""
     made: dict[tuple, Path] = {}

@@ -41,13 +41,11 @@ MODEL_SHAPES = [
 
 
 @pytest.fixture(scope="module")
-def sites(tmp_path_factory) -> dict[str, Path]:
-    whl = uw.wheel("flash-llm-rl", uw.locked_pypi_version("flash-llm-rl"))
-    pristine = uw.unpack(whl, tmp_path_factory.mktemp("flashrl-pristine"), "flash_rl")
-    reference = uw.copy_tree(pristine, tmp_path_factory.mktemp("reference") / "site-packages")
+def sites(flashrl_pristine, tmp_path_factory) -> dict[str, Path]:
+    reference = uw.copy_tree(flashrl_pristine, tmp_path_factory.mktemp("reference") / "site-packages")
     [device] = [p for p in patches.find_patches("flash_rl") if p.path.name == DEVICE]
     assert patches.apply_patch(device, reference).action == "applied now"
-    patched = uw.copy_tree(pristine, tmp_path_factory.mktemp("patched") / "site-packages")
+    patched = uw.copy_tree(flashrl_pristine, tmp_path_factory.mktemp("patched") / "site-packages")
     applied = patches.apply_patches(patched, "flash_rl")
     assert {r.state for r in applied} == {patches.APPLIED}
     return {"reference": reference, "patched": patched, "applied": [r.patch.path.name for r in applied]}

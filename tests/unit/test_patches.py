@@ -16,7 +16,6 @@ import ast
 import hashlib
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -30,21 +29,7 @@ PINNED_VERL_INIT_SHA256 = "7dfdea6a41b22a2958e90803063f59e8828dcbd5932beb3442acb
 MARKER = "# rollout8-patch:"
 
 
-@pytest.fixture(scope="module")
-def verl_pristine(tmp_path_factory) -> Path:
-    whl = uw.wheel("verl", uw.VERL_STAND_IN_VERSION)
-    root = tmp_path_factory.mktemp("verl-pristine")
-    with zipfile.ZipFile(whl) as zf:
-        zf.extract("verl/__init__.py", root)
-    return root
-
-
-@pytest.fixture(scope="module")
-def flashrl_pristine(tmp_path_factory) -> Path:
-    whl = uw.wheel("flash-llm-rl", uw.locked_pypi_version("flash-llm-rl"))
-    return uw.unpack(whl, tmp_path_factory.mktemp("flashrl-pristine"), "flash_rl")
-
-
+# verl_pristine, flashrl_pristine: tests/unit/conftest.py
 @pytest.fixture
 def verl_tree(verl_pristine, tmp_path) -> Path:
     return uw.copy_tree(verl_pristine, tmp_path / "verl-src")
