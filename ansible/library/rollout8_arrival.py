@@ -82,7 +82,7 @@ def _digest(path: str) -> tuple[str, int, int]:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         stat = os.fstat(handle.fileno())
-        while block := handle.read(CHUNK):
+        for block in iter(lambda: handle.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest(), stat.st_size, stat.st_mtime_ns
 
@@ -162,7 +162,7 @@ def main() -> None:
         recorded[entry["path"]] = {"size": int(entry["size"]), "mtime_ns": int(entry["mtime_ns"]),
                                    "sha256": entry["sha256"]}
     bad = []
-    for entry, (sha, size, mtime_ns) in zip(read, results, strict=True):
+    for entry, (sha, size, mtime_ns) in zip(read, results):
         if sha != entry["sha256"] or size != int(entry["size"]):
             bad.append(f"{entry['path']} (sha256 {sha[:12]}, {size} bytes; the controller's is "
                        f"{entry['sha256'][:12]}, {entry['size']} bytes)")
