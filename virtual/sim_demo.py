@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from sim_images import REPO, bundle_wheel
-from sim_nodes import INVENTORY, run_playbook, up
+from sim_nodes import INVENTORY, NODES, run_playbook, up
 from sim_runs import bf16_twin, demo_spec
 
 DEMO_WORK = REPO / ".cache" / "cluster" / "demo"
@@ -36,16 +36,9 @@ def probe_verdict(job: Path) -> tuple[bool, str]:
     """(green, one line) for a collected probe job: "probe job GREEN on all N nodes" or "probe job RED on host-a,
     host-b". The driver log is read by the package's one parser of the verdict, as the verify role and the tests
     read it."""
-    from rollout8.node.probe_job import read_verdict  # when a verdict is read: `import simcluster` needs no rollout8
+    from rollout8.node.probe_job import judge_verdict, read_verdict  # `import simcluster` needs no rollout8
 
-    verdict = read_verdict((job / "driver.log").read_text(errors="replace"))
-    if verdict is None:
-        return False, "probe job RED: no verdict in the driver log (the job did not get to judge the nodes)"
-    nodes = verdict["nodes"]
-    red = [node.get("hostname", address) for address, node in sorted(nodes.items()) if not node.get("ok")]
-    if verdict.get("ok") and not red:
-        return True, f"probe job GREEN on all {len(nodes)} nodes"
-    return False, f"probe job RED on {', '.join(red) or 'the driver (its own checks failed: cann or npu-visible)'}"
+    return judge_verdict(read_verdict((job / "driver.log").read_text(errors="replace")), len(NODES))
 
 
 def verl_verdict(job: Path) -> tuple[int, str]:
