@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 if [ -z "${ACCEPT_PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then ACCEPT_PYTHON=.venv/bin/python; else ACCEPT_PYTHON=python3; fi
 fi
-"$ACCEPT_PYTHON" -m rollout8.node.npu_accept || exit $?
+"$ACCEPT_PYTHON" -m rollout8.node.accept_npu || exit $?
 # What the suite imports (its helpers, tests/npu, and the engine harness, virtual/engine): pytest's `pythonpath` in a
 # checkout, this in the image, whose /opt/rollout8 has no pyproject.toml.
 export PYTHONPATH="$PWD/tests/npu:$PWD/virtual/engine${PYTHONPATH:+:$PYTHONPATH}"

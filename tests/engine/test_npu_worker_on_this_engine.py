@@ -12,7 +12,7 @@ import pytest
 from engine_platform import on_ascend
 from npu_support import INT8_STEPS, rollout8, run_engine  # tests/npu, on pytest's pythonpath
 
-from rollout8.node import npu_accept
+from rollout8.node import accept_npu
 from rollout8.quant import quantmath
 from rollout8.quant.checkpoint import Checkpoint
 
@@ -32,18 +32,18 @@ def test_reload_step_passes_against_verify_quants_arithmetic(accept_run, pair, p
         assert accept_run.step(label)["ok"], accept_run.step(label)
     prof = torch.load(profile)
     wanted = [n for n in prof if prof[n]["type"] == torch.int8]
-    expected = npu_accept.expected_fused(dict(quantmath.apply_profile(Checkpoint(pair.bf16).iter_tensors(wanted),
+    expected = accept_npu.expected_fused(dict(quantmath.apply_profile(Checkpoint(pair.bf16).iter_tensors(wanted),
                                                                       prof)), pair.shape.num_hidden_layers)
-    comparison = npu_accept.compare_engine_int8(torch.load(accept_run.out / "int8_after_reload.pt"), expected)
+    comparison = accept_npu.compare_engine_int8(torch.load(accept_run.out / "int8_after_reload.pt"), expected)
     assert comparison.transposed is True  # vLLM's post-load step keeps int8 weights [in, out], as vllm-ascend does
-    step = npu_accept.check_reload(comparison, generated_before=accept_run.step("gen0")["texts"],
+    step = accept_npu.check_reload(comparison, generated_before=accept_run.step("gen0")["texts"],
                                    generated_after=accept_run.step("gen1")["texts"],
                                    formats=accept_run.step("int8_after_reload")["formats"])
     assert step.ok, step.line()
 
 
 def test_loading_step_fails_here_only_for_the_missing_ascend_method(accept_run, pair):
-    step = npu_accept.check_loading(accept_run.step("start"), accept_run.step("gen0")["texts"], str(pair.int8))
+    step = accept_npu.check_loading(accept_run.step("start"), accept_run.step("gen0")["texts"], str(pair.int8))
     if on_ascend():
         pytest.skip("on an NPU host the suite itself runs (make accept-npu)")
     failed = [d for d in step.details if "need 'ascend'" in d]
@@ -53,12 +53,12 @@ def test_loading_step_fails_here_only_for_the_missing_ascend_method(accept_run, 
 
 def test_logs_step_is_green_on_the_workers_log(accept_run):
     proc = rollout8("logs", str(accept_run.log))
-    step = npu_accept.check_logs(proc.returncode, proc.stdout + proc.stderr)
+    step = accept_npu.check_logs(proc.returncode, proc.stdout + proc.stderr)
     assert step.ok, step.line()
 
 
 def test_speed_step_measures_the_tokens(accept_run):
     s = accept_run.step("speed")
     assert s["ok"] and s["prompts"] == 4 and s["tokens"] == 4 * 16 and s["seconds"] > 0, s
-    run = npu_accept.SpeedRun("int8", s["prompts"], s["tokens"], s["seconds"])
-    assert npu_accept.check_speed(run, run).ok
+    run = accept_npu.SpeedRun("int8", s["prompts"], s["tokens"], s["seconds"])
+    assert accept_npu.check_speed(run, run).ok

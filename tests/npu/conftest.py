@@ -13,10 +13,10 @@ Models (environment variables; all optional):
                                                (default bench-7b, the Qwen2.5-7B shape: ~33 GB on disk)
   ROLLOUT8_ACCEPT_WORK                          where models, configs and engine outputs go
                                                (default ~/.cache/rollout8/accept)
-The other steps' settings (rollout8.node.npu_accept; README "Run the NPU acceptance suite first"):
+The other steps' settings (rollout8.node.accept_npu; README "Run the NPU acceptance suite first"):
   ROLLOUT8_ACCEPT_RAY_ADDRESS                   Ray's job API for the ray-npu step (default RAY_ADDRESS, else
                                                http://127.0.0.1:8265); no Ray there: the step is skipped
-  ROLLOUT8_ACCEPT_MIN_SYNC_GBPS                 the weight-sync step's floor (default npu_accept.MIN_SYNC_GBPS)
+  ROLLOUT8_ACCEPT_MIN_SYNC_GBPS                 the weight-sync step's floor (default accept_npu.MIN_SYNC_GBPS)
   ROLLOUT8_ACCEPT_HCCL_MASTER / _RANK / _WORLD  the second node for the hccl step (unset: skipped, saying how)
 Every step's PASS/FAIL line is printed at the end of the run (and written to WORK/acceptance.txt).
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from npu_support import INT8_STEPS, RESULTS, STEP_ORDER, EngineRun, rollout8_ok, run_engine
 
-from rollout8.node.npu_accept import NEEDS_NPU, format_report, npu_absent_reason
+from rollout8.node.accept_npu import NEEDS_NPU, format_report, npu_absent_reason
 
 HERE = Path(__file__).resolve().parent
 

@@ -4,7 +4,7 @@ torch.distributed with backend hccl between the nodes (one NPU each, ROLLOUT8_AC
 a small all-reduce first (torch_npu creates the HCCL communicator, hcclCommInitRootInfoConfig, at the first
 collective), then a broadcast from rank 0 of a bf16 tensor ROWS x COLS (the model's largest weight) checked entry
 by entry on every rank, then an all-reduce of that size checked likewise. The outcome goes to OUT.json (phase and
-error text on a failure); rollout8.node.npu_accept.check_hccl judges it.
+error text on a failure); rollout8.node.accept_npu.check_hccl judges it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 import engine_platform  # the engine harness (virtual/engine): one rank's engine environment
 import engine_runs
 
-from rollout8.node.npu_accept import STEPS, StepResult
+from rollout8.node.accept_npu import STEPS, StepResult
 
 HERE = Path(__file__).resolve().parent
 ENGINE_HARNESS = Path(engine_platform.__file__).resolve().parent  # npu_worker.py imports it: on its PYTHONPATH

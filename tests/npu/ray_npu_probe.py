@@ -2,7 +2,7 @@
 
 It prints one probe line from the job's entrypoint (where Ray 2.46's job supervisor may leave the NPUs hidden:
 ray #59063) and one from a Ray task that requests `NPU` (where the raylet's environment, and so the no-set flag
-exported before `ray start`, applies). rollout8.node.npu_accept.check_ray_npu judges them.
+exported before `ray start`, applies). rollout8.node.accept_npu.check_ray_npu judges them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-MARK = "ROLLOUT8_NPU_PROBE "  # rollout8.node.npu_accept.PROBE_MARK (this file runs where rollout8 may not be)
+MARK = "ROLLOUT8_NPU_PROBE "  # rollout8.node.accept_npu.PROBE_MARK (this file runs where rollout8 may not be)
 TASK_TIMEOUT_S = float(os.environ.get("ROLLOUT8_ACCEPT_RAY_TASK_TIMEOUT", "180"))
 
 

@@ -1,6 +1,6 @@
 """NPU acceptance: environment, loading, reload, logs, speed. Each test records one PASS/FAIL line (conftest).
 
-The evaluation of every step is rollout8.node.npu_accept (tested on CPU in tests/unit/test_npu_accept.py); this file
+The evaluation of every step is rollout8.node.accept_npu (tested on CPU in tests/unit/test_accept_npu.py); this file
 only gathers the facts on the node and asserts the verdict.
 """
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 from npu_support import record, rollout8
 
-from rollout8.node import npu_accept
+from rollout8.node import accept_npu
 from rollout8.quant import quantmath
 from rollout8.quant.checkpoint import Checkpoint
 
 
-def gather_environment() -> npu_accept.EnvFacts:
-    facts = npu_accept.EnvFacts()
+def gather_environment() -> accept_npu.EnvFacts:
+    facts = accept_npu.EnvFacts()
     smi = shutil.which("npu-smi")
     if smi:
         proc = subprocess.run([smi, "info"], capture_output=True, text=True, timeout=120)
@@ -28,15 +28,15 @@ def gather_environment() -> npu_accept.EnvFacts:
         else:
             facts.errors["npu-smi"] = f"exit {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-300:]}"
     root = Path("/usr/local/Ascend")
-    for path in npu_accept.cann_version_files(root):
+    for path in accept_npu.cann_version_files(root):
         if path.is_file():
-            version = npu_accept.read_version_file(path.read_text(errors="replace"))
+            version = accept_npu.read_version_file(path.read_text(errors="replace"))
             if version:
                 facts.cann_version, facts.cann_source = version, str(path)
                 break
     driver = root / "driver" / "version.info"
     if driver.is_file():
-        facts.driver_version = npu_accept.read_version_file(driver.read_text(errors="replace"))
+        facts.driver_version = accept_npu.read_version_file(driver.read_text(errors="replace"))
     try:
         import torch
         import torch_npu
@@ -56,7 +56,7 @@ def gather_environment() -> npu_accept.EnvFacts:
 def test_1_environment():
     from rollout8.lock import load_lock
 
-    step = record(npu_accept.check_environment(gather_environment(), load_lock()))
+    step = record(accept_npu.check_environment(gather_environment(), load_lock()))
     assert step.ok, step.line()
 
 
@@ -68,11 +68,11 @@ def _failed_step(run, label: str) -> str | None:
 def test_2_loading(int8_run, models):
     start = int8_run.step("start")
     if not start.get("ok"):
-        step = record(npu_accept.StepResult("loading", npu_accept.FAIL,
+        step = record(accept_npu.StepResult("loading", accept_npu.FAIL,
                                             f"vllm.LLM did not start: {start.get('error')}"))
         raise AssertionError(step.line() + "\n" + start.get("traceback", ""))
     gen = int8_run.step("gen0")
-    step = record(npu_accept.check_loading(start, gen.get("texts", []), str(models.int8)))
+    step = record(accept_npu.check_loading(start, gen.get("texts", []), str(models.int8)))
     assert step.ok, step.line() + ("\n" + (_failed_step(int8_run, "gen0") or ""))
 
 
@@ -83,14 +83,14 @@ def test_3_reload(int8_run, models):
 
     problems = [p for p in (_failed_step(int8_run, s) for s in ("reload1", "gen1", "int8_after_reload")) if p]
     if problems:
-        step = record(npu_accept.StepResult("reload", npu_accept.FAIL, problems[0].splitlines()[0]))
+        step = record(accept_npu.StepResult("reload", accept_npu.FAIL, problems[0].splitlines()[0]))
         raise AssertionError(step.line() + "\n" + "\n".join(problems))
     profile = torch.load(models.profile, map_location="cpu")
     wanted = [n for n in profile if profile[n]["type"] == torch.int8]
     expected_hf = dict(quantmath.apply_profile(Checkpoint(models.bf16).iter_tensors(wanted), profile))
-    expected = npu_accept.expected_fused(expected_hf, models.num_layers)
+    expected = accept_npu.expected_fused(expected_hf, models.num_layers)
     engine = torch.load(int8_run.out / "int8_after_reload.pt")
-    step = record(npu_accept.check_reload(npu_accept.compare_engine_int8(engine, expected),
+    step = record(accept_npu.check_reload(accept_npu.compare_engine_int8(engine, expected),
                                           generated_before=int8_run.step("gen0").get("texts", []),
                                           generated_after=int8_run.step("gen1").get("texts", []),
                                           formats=int8_run.step("int8_after_reload").get("formats")))
@@ -99,18 +99,18 @@ def test_3_reload(int8_run, models):
 
 def test_4_logs(int8_run):
     proc = rollout8("logs", str(int8_run.log))
-    step = record(npu_accept.check_logs(proc.returncode, proc.stdout + proc.stderr))
+    step = record(accept_npu.check_logs(proc.returncode, proc.stdout + proc.stderr))
     assert step.ok, step.line() + "\n" + proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
-def _speed(run, engine: str) -> npu_accept.SpeedRun | None:
+def _speed(run, engine: str) -> accept_npu.SpeedRun | None:
     s = run.step("speed")
     if not s.get("ok"):
         return None
-    return npu_accept.SpeedRun(engine, s["prompts"], s["tokens"], s["seconds"])
+    return accept_npu.SpeedRun(engine, s["prompts"], s["tokens"], s["seconds"])
 
 
 def test_5_speed(int8_run, bf16_run):
-    step = record(npu_accept.check_speed(_speed(int8_run, "int8"), _speed(bf16_run, "bf16")))
+    step = record(accept_npu.check_speed(_speed(int8_run, "int8"), _speed(bf16_run, "bf16")))
     print("\n" + "\n".join(step.details))
     assert step.ok, step.line()

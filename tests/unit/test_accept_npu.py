@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rollout8.lock import load_lock
-from rollout8.node import npu_accept
-from rollout8.node.npu_accept import EnvFacts, SpeedRun, StepResult
+from rollout8.node import accept_npu
+from rollout8.node.accept_npu import EnvFacts, SpeedRun, StepResult
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,7 @@ def good_facts(lock, **changes) -> EnvFacts:
 
 # ------------------------------------------------------------------------------------------------ environment
 def test_npu_smi_rows_and_version_are_parsed():
-    smi = npu_accept.parse_npu_smi(NPU_SMI.format(health="Warning"))
+    smi = accept_npu.parse_npu_smi(NPU_SMI.format(health="Warning"))
     assert smi.version == "24.1.rc3"
     assert smi.npus == [(0, "910B3", "OK"), (1, "910B3", "Warning")]
 
@@ -65,7 +65,7 @@ def test_npu_smi_rows_and_version_are_parsed():
     ("nothing here\n", None),
 ])
 def test_version_files(text, version):
-    assert npu_accept.read_version_file(text) == version
+    assert accept_npu.read_version_file(text) == version
 
 
 def test_cann_version_files_prefer_the_install_info(tmp_path):
@@ -73,12 +73,12 @@ def test_cann_version_files_prefer_the_install_info(tmp_path):
     (latest / "aarch64-linux").mkdir(parents=True)
     (latest / "aarch64-linux" / "ascend_toolkit_install.info").write_text("version=8.2.RC3\n")
     (latest / "version.cfg").write_text("runtime_running_version=[1:8.1.RC1]\n")
-    files = [p for p in npu_accept.cann_version_files(tmp_path) if p.is_file()]
+    files = [p for p in accept_npu.cann_version_files(tmp_path) if p.is_file()]
     assert files[0].name == "ascend_toolkit_install.info"
 
 
 def test_environment_passes_with_the_pinned_stack(lock):
-    step = npu_accept.check_environment(good_facts(lock), lock)
+    step = accept_npu.check_environment(good_facts(lock), lock)
     assert step.ok, step.line()
     assert step.line().startswith("PASS environment: npu-smi 24.1.rc3: 2 NPU(s), all OK")
     assert f"CANN {lock.cann.version.lower()} (lock {lock.cann.version}" in step.line()
@@ -97,15 +97,15 @@ def test_environment_passes_with_the_pinned_stack(lock):
     ({"driver_version": None}, "driver not found"),
 ])
 def test_environment_fails_naming_what_is_wrong(lock, changes, expected):
-    step = npu_accept.check_environment(good_facts(lock, **changes), lock)
+    step = accept_npu.check_environment(good_facts(lock, **changes), lock)
     assert step.status == "FAIL"
     assert step.line().startswith("FAIL environment: ") and expected in step.line(), step.line()
 
 
 def test_python_release_match_refuses_dev_builds():
-    assert npu_accept.same_python_release("2.7.1.post2", "2.7.1")
-    assert not npu_accept.same_python_release("2.7.10", "2.7.1")
-    assert not npu_accept.same_python_release("2.7.1rc1", "2.7.1")
+    assert accept_npu.same_python_release("2.7.1.post2", "2.7.1")
+    assert not accept_npu.same_python_release("2.7.10", "2.7.1")
+    assert not accept_npu.same_python_release("2.7.1rc1", "2.7.1")
 
 
 # ------------------------------------------------------------------------------------------------ weights
@@ -122,15 +122,15 @@ def _hf_int8(layers=2, hidden=8, kv=4, inter=12, seed=0):
 
 def _engine_like_vllm_ascend(hf, layers=2):
     """What W8A8_DYNAMIC's post-load step leaves (read back in ND): fused, transposed to [in, out]."""
-    return {name: w.t().contiguous() for name, w in npu_accept.expected_fused(hf, layers).items()}
+    return {name: w.t().contiguous() for name, w in accept_npu.expected_fused(hf, layers).items()}
 
 
 def test_expected_fused_concatenates_in_vllm_order():
     import torch
 
     hf = _hf_int8()
-    fused = npu_accept.expected_fused(hf, 2)
-    assert set(fused) == {f"model.layers.{i}.{n}.weight" for i in range(2) for n in npu_accept.FUSED}
+    fused = accept_npu.expected_fused(hf, 2)
+    assert set(fused) == {f"model.layers.{i}.{n}.weight" for i in range(2) for n in accept_npu.FUSED}
     qkv = fused["model.layers.1.self_attn.qkv_proj.weight"]
     assert torch.equal(qkv[8:12], hf["model.layers.1.self_attn.k_proj.weight"])
     assert torch.equal(fused["model.layers.0.mlp.gate_up_proj.weight"][12:], hf["model.layers.0.mlp.up_proj.weight"])
@@ -138,14 +138,14 @@ def test_expected_fused_concatenates_in_vllm_order():
 
 def test_transposed_engine_weights_compare_equal():
     hf = _hf_int8()
-    cmp = npu_accept.compare_engine_int8(_engine_like_vllm_ascend(hf), npu_accept.expected_fused(hf, 2))
+    cmp = accept_npu.compare_engine_int8(_engine_like_vllm_ascend(hf), accept_npu.expected_fused(hf, 2))
     assert cmp.transposed is True and cmp.ok() and cmp.worst_lsb == 0 and len(cmp.rows) == 8
 
 
 def test_untransposed_engine_weights_compare_equal_too():
     hf = _hf_int8()
-    expected = npu_accept.expected_fused(hf, 2)
-    cmp = npu_accept.compare_engine_int8({k: v.clone() for k, v in expected.items()}, expected)
+    expected = accept_npu.expected_fused(hf, 2)
+    cmp = accept_npu.compare_engine_int8({k: v.clone() for k, v in expected.items()}, expected)
     assert cmp.transposed is False and cmp.ok()
 
 
@@ -153,13 +153,13 @@ def test_one_lsb_passes_two_fail():
     import torch
 
     hf = _hf_int8()
-    expected = npu_accept.expected_fused(hf, 2)
+    expected = accept_npu.expected_fused(hf, 2)
     engine = _engine_like_vllm_ascend(hf)
     name = "model.layers.0.mlp.down_proj.weight"
     engine[name] = (engine[name].to(torch.int16) + 1).clamp(-128, 127).to(torch.int8)
-    assert npu_accept.compare_engine_int8(engine, expected).ok()
+    assert accept_npu.compare_engine_int8(engine, expected).ok()
     engine[name] = (engine[name].to(torch.int16) + 1).clamp(-128, 127).to(torch.int8)
-    cmp = npu_accept.compare_engine_int8(engine, expected)
+    cmp = accept_npu.compare_engine_int8(engine, expected)
     assert not cmp.ok() and cmp.worst_lsb == 2
 
 
@@ -167,11 +167,11 @@ def test_a_reload_that_ignored_the_transposition_is_caught():
     """FlashRL's reload copies with as_strided into the recorded storage; if that lands the [out, in] bytes in the
     engine's [in, out] tensor without transposing, shapes look right and values are scrambled."""
     hf = _hf_int8()
-    expected = npu_accept.expected_fused(hf, 2)
+    expected = accept_npu.expected_fused(hf, 2)
     engine = {k: v.contiguous().view(v.shape[1], v.shape[0]) for k, v in expected.items()}
-    cmp = npu_accept.compare_engine_int8(engine, expected)
+    cmp = accept_npu.compare_engine_int8(engine, expected)
     assert cmp.transposed is True and not cmp.ok() and cmp.worst_lsb > 1
-    step = npu_accept.check_reload(cmp, generated_before=["a"], generated_after=["b"],
+    step = accept_npu.check_reload(cmp, generated_before=["a"], generated_after=["b"],
                                    formats={k: 29 for k in engine})
     assert step.status == "FAIL" and "trap 6" in step.line() and "engine format NZ" in step.line()
 
@@ -180,27 +180,27 @@ def test_wrong_shapes_and_missing_weights_fail():
     import torch
 
     hf = _hf_int8()
-    expected = npu_accept.expected_fused(hf, 2)
+    expected = accept_npu.expected_fused(hf, 2)
     engine = _engine_like_vllm_ascend(hf)
     engine["model.layers.0.self_attn.qkv_proj.weight"] = torch.zeros((3, 5), dtype=torch.int8)
-    assert "neither" in npu_accept.compare_engine_int8(engine, expected).problem
+    assert "neither" in accept_npu.compare_engine_int8(engine, expected).problem
     engine = _engine_like_vllm_ascend(hf)
     del engine["model.layers.1.mlp.down_proj.weight"]
-    cmp = npu_accept.compare_engine_int8(engine, expected)
+    cmp = accept_npu.compare_engine_int8(engine, expected)
     assert cmp.missing == ["model.layers.1.mlp.down_proj.weight"] and not cmp.ok()
-    step = npu_accept.check_reload(cmp, generated_before=[], generated_after=["x"])
+    step = accept_npu.check_reload(cmp, generated_before=[], generated_after=["x"])
     assert step.status == "FAIL" and "missing in the engine" in step.line()
 
 
 def test_reload_passes_with_text_and_matching_weights():
     hf = _hf_int8()
-    cmp = npu_accept.compare_engine_int8(_engine_like_vllm_ascend(hf), npu_accept.expected_fused(hf, 2))
-    step = npu_accept.check_reload(cmp, generated_before=["x"], generated_after=["y"], formats={"a": 29})
+    cmp = accept_npu.compare_engine_int8(_engine_like_vllm_ascend(hf), accept_npu.expected_fused(hf, 2))
+    step = accept_npu.check_reload(cmp, generated_before=["x"], generated_after=["y"], formats={"a": 29})
     assert step.ok and "8 int8 weights equal verify-quant's expectation within 0 LSB" in step.line()
     assert "[in, out]" in step.line()
-    host = npu_accept.check_reload(cmp, generated_before=["x"], generated_after=["y"], formats={"a": None})
+    host = accept_npu.check_reload(cmp, generated_before=["x"], generated_after=["y"], formats={"a": None})
     assert host.ok and "format" not in host.line()  # weights that are not NPU tensors have no format
-    empty = npu_accept.check_reload(cmp, generated_before=["x"], generated_after=["  "])
+    empty = accept_npu.check_reload(cmp, generated_before=["x"], generated_after=["  "])
     assert empty.status == "FAIL"
 
 
@@ -216,11 +216,11 @@ def test_expectation_from_a_real_profile_matches_the_checkpoint(model_pair_facto
     pair = model_pair_factory("tiny")
     profile = compute_profile(pair.bf16, pair.int8)
     wanted = [n for n in profile if profile[n]["type"] == torch.int8]
-    expected = npu_accept.expected_fused(dict(apply_profile(Checkpoint(pair.bf16).iter_tensors(wanted), profile)),
+    expected = accept_npu.expected_fused(dict(apply_profile(Checkpoint(pair.bf16).iter_tensors(wanted), profile)),
                                          pair.shape.num_hidden_layers)
     checkpoint = dict(Checkpoint(pair.int8).iter_tensors(wanted))
     engine = _engine_like_vllm_ascend(checkpoint, pair.shape.num_hidden_layers)
-    cmp = npu_accept.compare_engine_int8(engine, expected)
+    cmp = accept_npu.compare_engine_int8(engine, expected)
     assert cmp.ok() and cmp.worst_lsb <= 1 and len(cmp.rows) == 4 * pair.shape.num_hidden_layers
 
 
@@ -228,58 +228,58 @@ def test_expectation_from_a_real_profile_matches_the_checkpoint(model_pair_facto
 def test_loading_checks_name_the_missing_piece():
     start = {"served_model": "/m/int8", "quantization": "ascend", "qkv_weight_dtype": "torch.int8",
              "has_flashrl_load_weights": True}
-    assert npu_accept.check_loading(start, ["Paris."], "/m/int8").ok
-    bad = npu_accept.check_loading({**start, "served_model": "/m/bf16"}, ["Paris."], "/m/int8")
+    assert accept_npu.check_loading(start, ["Paris."], "/m/int8").ok
+    bad = accept_npu.check_loading({**start, "served_model": "/m/bf16"}, ["Paris."], "/m/int8")
     assert bad.status == "FAIL" and "FlashRL's config was not applied" in bad.line()
-    bad = npu_accept.check_loading({**start, "quantization": None}, ["Paris."], "/m/int8")
+    bad = accept_npu.check_loading({**start, "quantization": None}, ["Paris."], "/m/int8")
     assert "quantization None (need 'ascend')" in bad.line()
-    assert npu_accept.check_loading(start, [], "/m/int8").status == "FAIL"
+    assert accept_npu.check_loading(start, [], "/m/int8").status == "FAIL"
 
 
 def test_speed_is_reported_side_by_side():
-    step = npu_accept.check_speed(SpeedRun("int8", 16, 512, 2.0), SpeedRun("bf16", 16, 512, 4.0))
+    step = accept_npu.check_speed(SpeedRun("int8", 16, 512, 2.0), SpeedRun("bf16", 16, 512, 4.0))
     assert step.ok and "int8 256.0 tokens/s vs bf16 128.0 tokens/s (x2.00" in step.line()
     assert step.details[0].split() == ["engine", "prompts", "tokens", "seconds", "tokens/s"]
     assert step.details[1].split() == ["int8", "16", "512", "2.00", "256.0"]
-    assert npu_accept.check_speed(None, SpeedRun("bf16", 1, 1, 1.0)).line() == \
+    assert accept_npu.check_speed(None, SpeedRun("bf16", 1, 1, 1.0)).line() == \
         "FAIL speed: no measurement from the int8 engine"
-    assert npu_accept.check_speed(SpeedRun("int8", 1, 0, 1.0), SpeedRun("bf16", 1, 5, 1.0)).status == "FAIL"
+    assert accept_npu.check_speed(SpeedRun("int8", 1, 0, 1.0), SpeedRun("bf16", 1, 5, 1.0)).status == "FAIL"
 
 
 def test_logs_step_follows_the_exit_code():
-    green = npu_accept.check_logs(0, "rank 0: int8\nverdict: GREEN\n")
+    green = accept_npu.check_logs(0, "rank 0: int8\nverdict: GREEN\n")
     assert green.line() == "PASS logs: rollout8 logs: verdict: GREEN"
-    assert npu_accept.check_logs(1, "verdict: RED (rank 0 stayed bf16)").status == "FAIL"
+    assert accept_npu.check_logs(1, "verdict: RED (rank 0 stayed bf16)").status == "FAIL"
 
 
 def test_report_ends_with_one_verdict():
     ok = StepResult("environment", "PASS", "fine")
     bad = StepResult("reload", "FAIL", "off by 7 LSB")
-    text = npu_accept.format_report([ok, bad])
+    text = accept_npu.format_report([ok, bad])
     assert text.splitlines() == ["PASS environment: fine", "FAIL reload: off by 7 LSB",
                                  "acceptance: FAIL (1/2 steps passed) (failed: reload)"]
-    assert npu_accept.format_report([ok]).endswith("acceptance: PASS (1/1 steps passed)")
+    assert accept_npu.format_report([ok]).endswith("acceptance: PASS (1/1 steps passed)")
 
 
 def test_a_skipped_step_is_named_not_failed():
     ok = StepResult("environment", "PASS", "fine")
     skip = StepResult("hccl", "SKIP", "one node given")
-    assert npu_accept.format_report([ok, skip]).splitlines()[-1] == \
+    assert accept_npu.format_report([ok, skip]).splitlines()[-1] == \
         "acceptance: PASS (1/1 steps passed; skipped: hccl)"
     bad = StepResult("ray-npu", "FAIL", "hidden")
-    assert npu_accept.format_report([ok, bad, skip]).splitlines()[-1] == \
+    assert accept_npu.format_report([ok, bad, skip]).splitlines()[-1] == \
         "acceptance: FAIL (1/2 steps passed; skipped: hccl) (failed: ray-npu)"
-    assert npu_accept.format_report([skip]).splitlines()[-1].startswith("acceptance: FAIL (0/0")
+    assert accept_npu.format_report([skip]).splitlines()[-1].startswith("acceptance: FAIL (0/0")
 
 
 def test_the_suite_has_a_test_per_step():
     """Every step of STEPS is recorded by some test in tests/npu (the report orders by STEPS)."""
     text = "".join(p.read_text() for p in (REPO / "tests" / "npu").glob("test_*.py"))
-    for step in npu_accept.STEPS:
+    for step in accept_npu.STEPS:
         func = {"cann-pairing": "check_cann_pairing", "ray-npu": "check_ray_npu", "weight-sync": "check_weight_sync",
                 "hccl": "check_hccl", "logs": "check_logs", "speed": "check_speed", "loading": "check_loading",
                 "reload": "check_reload", "environment": "check_environment"}[step]
-        assert f"npu_accept.{func}(" in text, step
+        assert f"accept_npu.{func}(" in text, step
 
 
 # ------------------------------------------------------------------------------------------------ cann-pairing
@@ -291,11 +291,11 @@ UNDEFINED = ("  File \".../torch_npu/op_plugin/atb/_atb_ops.py\", line 66, in <m
 
 
 def _probe(rc=0, output="{}", torch_npu="2.7.1", cann="8.2.RC3"):
-    return npu_accept.ImportProbe(rc, output, torch_npu, cann)
+    return accept_npu.ImportProbe(rc, output, torch_npu, cann)
 
 
 def test_cann_pairing_names_the_undefined_symbol_and_the_pinned_pair(lock):
-    step = npu_accept.check_cann_pairing(_probe(1, UNDEFINED, cann="8.3.RC1"), lock)
+    step = accept_npu.check_cann_pairing(_probe(1, UNDEFINED, cann="8.3.RC1"), lock)
     line = step.line()
     assert line.startswith("FAIL cann-pairing: torch_npu 2.7.1 on CANN 8.3.RC1 does not load")
     assert f"undefined symbol {UNDEFINED.split('undefined symbol: ')[1].strip()} in libtbe_adapter.so" in line
@@ -312,16 +312,16 @@ def test_cann_pairing_names_the_undefined_symbol_and_the_pinned_pair(lock):
     ("RuntimeError: something else entirely", "exit 1: RuntimeError: something else entirely"),
 ])
 def test_cann_pairing_other_failures_say_what_to_do(lock, output, expected):
-    step = npu_accept.check_cann_pairing(_probe(1, output), lock)
+    step = accept_npu.check_cann_pairing(_probe(1, output), lock)
     assert step.status == "FAIL" and expected in step.line(), step.line()
     assert "Ascend/pytorch #99" not in step.line()
 
 
 def test_cann_pairing_passes_and_notes_a_pair_other_than_the_lock(lock):
-    good = npu_accept.check_cann_pairing(_probe(cann=lock.cann.version.lower(), torch_npu=lock.pypi["torch_npu"]),
+    good = accept_npu.check_cann_pairing(_probe(cann=lock.cann.version.lower(), torch_npu=lock.pypi["torch_npu"]),
                                          lock)
     assert good.ok and "loads in a fresh process" in good.line() and "this is not it" not in good.line()
-    other = npu_accept.check_cann_pairing(_probe(cann="8.3.RC1"), lock)
+    other = accept_npu.check_cann_pairing(_probe(cann="8.3.RC1"), lock)
     assert other.ok and "this is not it: see the environment step" in other.line()
 
 
@@ -329,7 +329,7 @@ def test_cann_pairing_passes_and_notes_a_pair_other_than_the_lock(lock):
 def _probe_line(**fields) -> str:
     import json
 
-    return npu_accept.PROBE_MARK + json.dumps(fields)
+    return accept_npu.PROBE_MARK + json.dumps(fields)
 
 
 GOOD_ENTRY = dict(where="entrypoint", available=True, count=8, visible=None, noset="1")
@@ -348,19 +348,19 @@ def _ray_output(entry=GOOD_ENTRY, task=GOOD_TASK) -> str:
 
 
 def test_probe_lines_are_found_among_ray_output():
-    text = _ray_output() + "\n" + npu_accept.PROBE_MARK + "{not json"
-    probes = npu_accept.parse_probes(text)
+    text = _ray_output() + "\n" + accept_npu.PROBE_MARK + "{not json"
+    probes = accept_npu.parse_probes(text)
     assert set(probes) == {"entrypoint", "task"} and probes["task"]["count"] == 8
 
 
 def test_ray_npu_passes_when_both_processes_see_npus():
-    step = npu_accept.check_ray_npu(returncode=0, output=_ray_output())
+    step = accept_npu.check_ray_npu(returncode=0, output=_ray_output())
     assert step.ok and "job entrypoint: is_available True, 8 NPU(s)" in step.line()
 
 
 def test_ray_npu_fails_on_the_job_supervisors_hidden_npus():
     hidden = dict(GOOD_ENTRY, available=False, count=0, visible="", noset=None)
-    step = npu_accept.check_ray_npu(returncode=0, output=_ray_output(entry=hidden))
+    step = accept_npu.check_ray_npu(returncode=0, output=_ray_output(entry=hidden))
     line = step.line()
     assert step.status == "FAIL" and "the job entrypoint sees no NPU" in line
     assert "ASCEND_RT_VISIBLE_DEVICES=''" in line and "ray #59063" in line and "before `ray start`" in line
@@ -368,20 +368,20 @@ def test_ray_npu_fails_on_the_job_supervisors_hidden_npus():
 
 def test_ray_npu_fails_when_workers_lack_the_flag_or_the_resource():
     renumbered = dict(GOOD_TASK, count=1, visible="3", noset=None)
-    step = npu_accept.check_ray_npu(returncode=0, output=_ray_output(task=renumbered))
-    assert step.status == "FAIL" and f"runs without {npu_accept.NOSET} (" in step.line()
-    assert npu_accept.check_ray_npu(returncode=0, output=_ray_output(task=dict(GOOD_TASK, noset="true"))).ok
+    step = accept_npu.check_ray_npu(returncode=0, output=_ray_output(task=renumbered))
+    assert step.status == "FAIL" and f"runs without {accept_npu.NOSET} (" in step.line()
+    assert accept_npu.check_ray_npu(returncode=0, output=_ray_output(task=dict(GOOD_TASK, noset="true"))).ok
     unscheduled = dict(where="task", error="not scheduled within 180 s: no node offers a free NPU resource")
-    step = npu_accept.check_ray_npu(returncode=0, output=_ray_output(task=unscheduled))
+    step = accept_npu.check_ray_npu(returncode=0, output=_ray_output(task=unscheduled))
     assert step.status == "FAIL" and "--resources" in step.line() and "not scheduled" in step.line()
-    step = npu_accept.check_ray_npu(returncode=0, output=_ray_output(task=None))
+    step = accept_npu.check_ray_npu(returncode=0, output=_ray_output(task=None))
     assert "the NPU task printed no probe" in step.line()
 
 
 def test_ray_npu_without_probes_or_without_ray():
-    step = npu_accept.check_ray_npu(returncode=1, output="ConnectionError: could not connect\n")
+    step = accept_npu.check_ray_npu(returncode=1, output="ConnectionError: could not connect\n")
     assert step.status == "FAIL" and "exited 1: ConnectionError: could not connect" in step.line()
-    skipped = npu_accept.check_ray_npu(returncode=None, output="", skip=npu_accept.NO_RAY.format(address="http://h"))
+    skipped = accept_npu.check_ray_npu(returncode=None, output="", skip=accept_npu.NO_RAY.format(address="http://h"))
     assert skipped.status == "SKIP" and "ROLLOUT8_ACCEPT_RAY_ADDRESS" in skipped.line()
 
 
@@ -392,7 +392,7 @@ def test_ray_npu_without_probes_or_without_ray():
     ({"ROLLOUT8_ACCEPT_RAY_ADDRESS": "10.0.0.1:8265", "RAY_ADDRESS": "http://x:1"}, "http://10.0.0.1:8265"),
 ])
 def test_ray_job_address(env, address):
-    assert npu_accept.ray_job_address(env) == address
+    assert accept_npu.ray_job_address(env) == address
 
 
 # ------------------------------------------------------------------------------------------------ weight-sync
@@ -400,52 +400,52 @@ GB = 10**9
 
 
 def test_weight_sync_reports_seconds_gbps_and_the_post_load_share():
-    timing = npu_accept.SyncTiming(seconds=5.0, post_load_seconds=2.0, bytes=15 * GB, parameters=7_600_000_000)
-    step = npu_accept.check_weight_sync(timing, model="pair-bench-7b")
+    timing = accept_npu.SyncTiming(seconds=5.0, post_load_seconds=2.0, bytes=15 * GB, parameters=7_600_000_000)
+    step = accept_npu.check_weight_sync(timing, model="pair-bench-7b")
     assert step.ok, step.line()
     assert ("one sync of pair-bench-7b (7.6B parameters, 15.0 GB bf16) in 5.0 s = 3.00 GB/s, "
             "post-load transpose/NZ 2.0 s (40%)") in step.line()
 
 
 def test_a_slow_sync_names_the_post_load_step_when_it_dominates():
-    timing = npu_accept.SyncTiming(seconds=60.0, post_load_seconds=45.0, bytes=15 * GB, parameters=7_600_000_000)
-    step = npu_accept.check_weight_sync(timing, model="m")
+    timing = accept_npu.SyncTiming(seconds=60.0, post_load_seconds=45.0, bytes=15 * GB, parameters=7_600_000_000)
+    step = accept_npu.check_weight_sync(timing, model="m")
     assert step.status == "FAIL" and "0.25 GB/s" in step.line() and "below 0.5 GB/s" in step.line()
     assert "SkyRL #176" in step.line() and "transpose + NZ cast" in step.line()
 
 
 def test_a_slow_sync_otherwise_points_at_the_host_memory_reload():
-    timing = npu_accept.SyncTiming(seconds=60.0, post_load_seconds=5.0, bytes=15 * GB, parameters=7_600_000_000)
-    step = npu_accept.check_weight_sync(timing, model="m")
+    timing = accept_npu.SyncTiming(seconds=60.0, post_load_seconds=5.0, bytes=15 * GB, parameters=7_600_000_000)
+    step = accept_npu.check_weight_sync(timing, model="m")
     assert step.status == "FAIL" and "trap 5" in step.line() and "flash_rl/0002" in step.line()
-    unmeasured = npu_accept.SyncTiming(seconds=60.0, post_load_seconds=None, bytes=15 * GB, parameters=1)
-    step = npu_accept.check_weight_sync(unmeasured, model="m")
+    unmeasured = accept_npu.SyncTiming(seconds=60.0, post_load_seconds=None, bytes=15 * GB, parameters=1)
+    step = accept_npu.check_weight_sync(unmeasured, model="m")
     assert "post-load step not measured" in step.line() and "trap 5" in step.line()
-    assert npu_accept.check_weight_sync(timing, model="m", min_gbps=0.2).ok  # the floor is the caller's
+    assert accept_npu.check_weight_sync(timing, model="m", min_gbps=0.2).ok  # the floor is the caller's
 
 
 def test_weight_sync_without_a_measurement_fails():
-    step = npu_accept.check_weight_sync(None, model="m", error="vllm.LLM did not start: OOM")
+    step = accept_npu.check_weight_sync(None, model="m", error="vllm.LLM did not start: OOM")
     assert step.line() == "FAIL weight-sync: no sync of m was timed: vllm.LLM did not start: OOM"
 
 
 def test_the_generated_7b_pair_is_sized_before_it_is_written(tmp_path):
     from rollout8.quant.testmodels import PRESETS
 
-    need = npu_accept.generated_pair_bytes(PRESETS["bench-7b"])
+    need = accept_npu.generated_pair_bytes(PRESETS["bench-7b"])
     assert 30e9 < need < 36e9  # 15.2 GB bf16 + 2 x ~8.7 GB (int8 linears, bf16 embeddings and lm_head)
-    assert npu_accept.room_problem(int(need * 1.2), need, tmp_path) is None
-    line = npu_accept.room_problem(int(20e9), need, tmp_path)
+    assert accept_npu.room_problem(int(need * 1.2), need, tmp_path) is None
+    line = accept_npu.room_problem(int(20e9), need, tmp_path)
     assert line.startswith(f"needs ~{need / 1e9:.0f} GB free in {tmp_path}") and "has 20 GB" in line
     assert "ROLLOUT8_ACCEPT_WORK" in line
 
 
 def test_min_sync_gbps_from_the_environment():
-    assert npu_accept.min_sync_gbps({}) == npu_accept.MIN_SYNC_GBPS
-    assert npu_accept.min_sync_gbps({"ROLLOUT8_ACCEPT_MIN_SYNC_GBPS": "2"}) == 2.0
+    assert accept_npu.min_sync_gbps({}) == accept_npu.MIN_SYNC_GBPS
+    assert accept_npu.min_sync_gbps({"ROLLOUT8_ACCEPT_MIN_SYNC_GBPS": "2"}) == 2.0
     for bad in ("fast", "0", "-1"):
         with pytest.raises(ValueError, match="ROLLOUT8_ACCEPT_MIN_SYNC_GBPS"):
-            npu_accept.min_sync_gbps({"ROLLOUT8_ACCEPT_MIN_SYNC_GBPS": bad})
+            accept_npu.min_sync_gbps({"ROLLOUT8_ACCEPT_MIN_SYNC_GBPS": bad})
 
 
 def test_the_post_load_timer_wraps_each_quant_method_class_once_and_restores_it():
@@ -487,9 +487,9 @@ QWEN7B = {"hidden_size": 3584, "vocab_size": 152064, "num_attention_heads": 28, 
 
 
 def test_largest_weight_of_the_7b_shape_is_the_embedding():
-    assert npu_accept.largest_weight(QWEN7B) == ("model.embed_tokens.weight", (152064, 3584))
+    assert accept_npu.largest_weight(QWEN7B) == ("model.embed_tokens.weight", (152064, 3584))
     wide = dict(QWEN7B, vocab_size=1000)
-    assert npu_accept.largest_weight(wide) == ("model.layers.0.mlp.gate_proj.weight", (18944, 3584))
+    assert accept_npu.largest_weight(wide) == ("model.layers.0.mlp.gate_proj.weight", (18944, 3584))
 
 
 def test_the_bench_7b_preset_is_the_qwen_7b_shape():
@@ -499,13 +499,13 @@ def test_the_bench_7b_preset_is_the_qwen_7b_shape():
 
     shape = PRESETS["bench-7b"]
     assert 7.5e9 < shape.num_parameters() < 7.7e9  # Qwen2.5-7B: 7.61B
-    assert npu_accept.largest_weight(dataclasses.asdict(shape)) == ("model.embed_tokens.weight", (152064, 3584))
+    assert accept_npu.largest_weight(dataclasses.asdict(shape)) == ("model.embed_tokens.weight", (152064, 3584))
 
 
 @pytest.mark.parametrize("env, plan, problem", [
     ({}, None, None),
     ({"ROLLOUT8_ACCEPT_HCCL_MASTER": "10.0.0.1:29555", "ROLLOUT8_ACCEPT_HCCL_RANK": "1"},
-     npu_accept.HcclPlan("10.0.0.1", 29555, 1, 2), None),
+     accept_npu.HcclPlan("10.0.0.1", 29555, 1, 2), None),
     ({"ROLLOUT8_ACCEPT_HCCL_MASTER": "10.0.0.1", "ROLLOUT8_ACCEPT_HCCL_RANK": "0"}, None, "give HOST:PORT"),
     ({"ROLLOUT8_ACCEPT_HCCL_MASTER": "10.0.0.1:70000", "ROLLOUT8_ACCEPT_HCCL_RANK": "0"}, None, "give HOST:PORT"),
     ({"ROLLOUT8_ACCEPT_HCCL_MASTER": "10.0.0.1:29555"}, None, "ROLLOUT8_ACCEPT_HCCL_RANK=''"),
@@ -514,17 +514,17 @@ def test_the_bench_7b_preset_is_the_qwen_7b_shape():
      None, "2 or more"),
 ])
 def test_hccl_plan_from_the_environment(env, plan, problem):
-    got, why = npu_accept.hccl_plan(env)
+    got, why = accept_npu.hccl_plan(env)
     assert got == plan
     assert (why is None) if problem is None else (problem in why), why
 
 
-PLAN = npu_accept.HcclPlan("10.0.0.1", 29555, 1, 2)
+PLAN = accept_npu.HcclPlan("10.0.0.1", 29555, 1, 2)
 SHAPE = (152064, 3584)
 
 
 def _hccl(plan=PLAN, **probe):
-    return npu_accept.check_hccl(plan, probe or None, tensor="model.embed_tokens.weight", shape=SHAPE)
+    return accept_npu.check_hccl(plan, probe or None, tensor="model.embed_tokens.weight", shape=SHAPE)
 
 
 def test_hccl_with_one_node_is_skipped_saying_how_to_give_the_second():
@@ -532,7 +532,7 @@ def test_hccl_with_one_node_is_skipped_saying_how_to_give_the_second():
     assert step.status == "SKIP" and step.line().startswith("SKIP hccl: one node given")
     for name in ("ROLLOUT8_ACCEPT_HCCL_MASTER", "ROLLOUT8_ACCEPT_HCCL_RANK=0", "make accept-npu"):
         assert name in step.line()
-    bad = npu_accept.check_hccl(None, None, tensor="t", shape=SHAPE, problem="ROLLOUT8_ACCEPT_HCCL_MASTER='x': ...")
+    bad = accept_npu.check_hccl(None, None, tensor="t", shape=SHAPE, problem="ROLLOUT8_ACCEPT_HCCL_MASTER='x': ...")
     assert bad.status == "FAIL"
 
 
@@ -607,24 +607,24 @@ def test_absent_npu_reasons(tmp_path):
     def which(name):
         return "/usr/local/bin/npu-smi"
 
-    assert "no Ascend device nodes" in npu_accept.npu_absent_reason(dev=tmp_path)
+    assert "no Ascend device nodes" in accept_npu.npu_absent_reason(dev=tmp_path)
     (tmp_path / "davinci0").touch()
-    assert npu_accept.npu_absent_reason(dev=tmp_path, which=lambda n: None) == "npu-smi is not on PATH"
-    assert npu_accept.npu_absent_reason(dev=tmp_path, which=which, find_spec=lambda m: None) == \
+    assert accept_npu.npu_absent_reason(dev=tmp_path, which=lambda n: None) == "npu-smi is not on PATH"
+    assert accept_npu.npu_absent_reason(dev=tmp_path, which=which, find_spec=lambda m: None) == \
         "python module torch_npu is not installed"
-    assert npu_accept.npu_absent_reason(dev=tmp_path, which=which, find_spec=lambda m: object()) is None
+    assert accept_npu.npu_absent_reason(dev=tmp_path, which=which, find_spec=lambda m: object()) is None
 
 
-@pytest.mark.skipif(npu_accept.npu_absent_reason() is None, reason="this machine has an NPU")
+@pytest.mark.skipif(accept_npu.npu_absent_reason() is None, reason="this machine has an NPU")
 def test_the_suite_collects_and_skips_with_the_reason_here():
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/npu", "-q", "-rs", "-p", "no:cacheprovider"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"{len(npu_accept.STEPS)} skipped" in proc.stdout
-    assert "needs an Ascend NPU node" in proc.stdout and npu_accept.npu_absent_reason() in proc.stdout
+    assert f"{len(accept_npu.STEPS)} skipped" in proc.stdout
+    assert "needs an Ascend NPU node" in proc.stdout and accept_npu.npu_absent_reason() in proc.stdout
 
 
-@pytest.mark.skipif(npu_accept.npu_absent_reason() is None, reason="this machine has an NPU")
+@pytest.mark.skipif(accept_npu.npu_absent_reason() is None, reason="this machine has an NPU")
 def test_make_accept_npu_says_plainly_that_it_needs_an_npu():
     proc = subprocess.run(["bash", "scripts/accept-npu.sh"], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "ACCEPT_PYTHON": sys.executable})
