@@ -455,12 +455,7 @@ def test_the_post_load_timer_wraps_each_quant_method_class_once_and_restores_it(
 
     import torch
 
-    saved = list(sys.path)
-    sys.path.insert(0, str(REPO / "tests" / "npu"))
-    try:
-        worker = importlib.import_module("npu_worker")  # it also puts virtual/engine on the path: undone below
-    finally:
-        sys.path[:] = saved
+    worker = importlib.import_module("npu_worker")  # tests/npu, on pytest's pythonpath (pyproject.toml)
 
     calls = []
 
