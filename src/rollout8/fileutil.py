@@ -1,7 +1,8 @@
 """The file operations every layer shares: one sha256 of a file, one atomic write, one atomic directory publish.
 
 - `sha256_file(path, progress=None)`: streams the file (installers and model shards are GBs), optionally reporting
-  bytes done;
+  bytes done; `sha256_bytes(data)` (bytes, or text as UTF-8) and `sha256_json(obj)` (canonical JSON, sorted keys)
+  are the other two digests: nothing else in the package calls hashlib;
 - `atomic_write(path, data, mode=0o644)`: a temporary file beside `path`, then one rename: a reader (or a re-run
   after a crash) sees the old file or the complete new one; the temporary is removed on failure;
 - `staged_dir(out)`: build a directory under a temporary name beside `out`, then publish it. The old `out`
@@ -17,6 +18,7 @@ and the next write of that target removes it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -24,6 +26,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .errors import Rollout8Error
 
@@ -42,6 +45,19 @@ def sha256_file(path: str | Path, progress: Callable[[int, int], None] | None = 
                 done += len(block)
                 progress(done, total)
     return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes | str) -> str:
+    """Hex sha256 of bytes, or of text encoded as UTF-8."""
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def sha256_json(obj: Any, *, compact: bool = False, default: Callable[[Any], Any] | None = None) -> str:
+    """Hex sha256 of obj's canonical JSON: sorted keys, json's default separators (`, ` and `: `), or none with
+    compact; `default` as json.dumps takes it. Digests already stored (plan identities, caches, the lock digest)
+    depend on these exact bytes: a new caller picks its form once and keeps it."""
+    separators = (",", ":") if compact else None
+    return sha256_bytes(json.dumps(obj, sort_keys=True, separators=separators, default=default))
 
 
 def atomic_write(path: str | Path, data: str | bytes | Callable[[Path], object], mode: int = 0o644) -> Path:

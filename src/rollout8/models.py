@@ -1,0 +1,18 @@
+"""The one base of every pydantic model the product reads: an unknown field is an error, never ignored.
+
+- `StrictModel`: `extra="forbid"` (a misspelled or stray field fails with its dotted path instead of being
+  dropped silently);
+- `FrozenModel`: the same, and immutable (the version lock, the run spec: read once, then only derived from).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FrozenModel(StrictModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
