@@ -19,19 +19,18 @@ It needs only pyyaml and pydantic, so the Makefile can run it with the system py
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import shlex
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .errors import LockError
-from .fileutil import atomic_write, sha256_file
+from .fileutil import atomic_write, sha256_file, sha256_json
+from .models import FrozenModel
 from .paths import lock_path
+from .yamlio import load_yaml, read_yaml
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -51,11 +50,7 @@ def normalize(name: str) -> str:
     return _NORMALIZE.sub("-", name).lower()
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ImageSpec(_Strict):
+class ImageSpec(FrozenModel):
     repository: str = Field(min_length=1)
 
     @field_validator("repository")
@@ -66,7 +61,7 @@ class ImageSpec(_Strict):
         return v
 
 
-class BaseImage(_Strict):
+class BaseImage(FrozenModel):
     name: str = Field(min_length=1)
     digest: str = ""
 
@@ -82,7 +77,7 @@ class BaseImage(_Strict):
         return f"{self.name}@{self.digest}" if self.digest else self.name
 
 
-class Installer(_Strict):
+class Installer(FrozenModel):
     file: str = Field(min_length=1)
     sha256: str = ""
 
@@ -101,7 +96,7 @@ class Installer(_Strict):
         return v
 
 
-class Cann(_Strict):
+class Cann(FrozenModel):
     version: str = Field(min_length=1)
     installers: dict[Literal["toolkit", "kernels", "nnal"], dict[Literal["aarch64", "x86_64"], Installer]]
 
@@ -118,7 +113,7 @@ class Cann(_Strict):
         return self
 
 
-class GitPin(_Strict):
+class GitPin(FrozenModel):
     url: str
     commit: str
     note: str = ""
@@ -138,7 +133,7 @@ class GitPin(_Strict):
         return v
 
 
-class Lock(_Strict):
+class Lock(FrozenModel):
     schema_: Literal[1] = Field(alias="schema")
     image: ImageSpec
     python: str
@@ -194,8 +189,7 @@ class Lock(_Strict):
 
     def digest(self) -> str:
         """sha256 over the canonical JSON of the lock's content (comments and layout do not count)."""
-        canonical = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return sha256_json(self.model_dump(mode="json", by_alias=True), compact=True)
 
     def image_ref(self, version: str | None = None) -> str:
         if version is None:
@@ -266,11 +260,9 @@ def load_lock(path: Path | str | None = None) -> Lock:
     """Read and validate the lock; LockError names the file and the field."""
     path = Path(path) if path is not None else lock_path()
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml(path, what="version lock", error=LockError)
     except FileNotFoundError:
         raise LockError(f"{path}: version lock not found") from None
-    except yaml.YAMLError as exc:
-        raise LockError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise LockError(f"{path}: expected a mapping at the top level")
     try:
@@ -370,9 +362,10 @@ def set_base_digest(path: Path, digest: str) -> None:
 
 
 def load_lock_text(text: str, path: Path | str) -> Lock:
+    data = load_yaml(text, source=path, error=LockError)
     try:
-        return Lock.model_validate(yaml.safe_load(text))
-    except (yaml.YAMLError, ValidationError) as exc:
+        return Lock.model_validate(data)
+    except ValidationError as exc:
         raise LockError(f"{path}: the edited lock does not validate: {exc}") from None
 
 

@@ -14,13 +14,12 @@ a current one without a resolver or a network.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LockError
+from .fileutil import sha256_json
 from .lock import ARCHES, INSTALLER_KINDS, Lock, normalize
 
 PLATFORMS = {"aarch64": "aarch64-manylinux_2_35", "x86_64": "x86_64-manylinux_2_35"}  # Ubuntu 22.04: glibc 2.35
@@ -107,7 +106,7 @@ def inputs_digest(lock: Lock, folder: Path, name: str, arch: str) -> str:
     data = {"layer": name, "arch": arch, "python": lock.python, "platform": PLATFORMS[arch], "parent": parent,
             "input": layer_input(lock, folder, name), "pins": pins_for(lock, folder, name),
             "resolve_as": resolve_as(folder), "torch_index_only": TORCH_INDEX_ONLY}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return sha256_json(data)
 
 
 def layer_file(folder: Path, name: str, arch: str) -> Path:

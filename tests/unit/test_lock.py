@@ -104,6 +104,68 @@ def test_invalid_lock_names_the_field(tmp_path, mutate, field, why):
     assert field in str(err.value) and why in str(err.value), str(err.value)
 
 
+def with_line(after: str, line: str) -> tuple[str, int, int]:
+    """The lock's text with `line` inserted after the first line starting with `after` (stripped of indentation);
+    returns (text, 1-based number of that line, 1-based number of the inserted line)."""
+    lines = LOCK_FILE.read_text().splitlines(keepends=True)
+    index = next(i for i, ln in enumerate(lines) if ln.strip().startswith(after))
+    lines.insert(index + 1, line)
+    return "".join(lines), index + 1, index + 2
+
+
+def test_lock_check_refuses_a_key_given_twice_naming_file_and_line(tmp_path, raw):
+    """Plain YAML keeps the last of a key given twice, silently: a second `commit:` inside git.verl would pin
+    another verl unseen. `rollout8 lock --check` (make lock-check) refuses the file, naming it and both lines."""
+    text, first, second = with_line(f"commit: {raw['git']['verl']['commit']}", "    commit: " + "f" * 40 + "\n")
+    assert text.count("\n  verl:\n") == 1 and second == first + 1
+    path = tmp_path / "versions.lock.yaml"
+    path.write_text(text)
+    result = subprocess.run([sys.executable, "-m", "rollout8", "lock", "--lock", str(path), "--check"],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{path}:{second}: key 'commit' is given twice (first at line {first}): keep one" in result.stderr
+    assert "Traceback" not in result.stderr and "valid" not in result.stdout
+
+
+@pytest.mark.parametrize("key, shown", [
+    ("1", "key 1 is not a string (int): quote it ('1')"),
+    ("on", "key True is not a string (bool): quote it ('on')"),
+    ("? [torch, ray]\n  ", "key ['torch', 'ray'] is not a string (list)"),
+])
+def test_a_key_that_is_not_a_string_is_refused_naming_the_line(tmp_path, key, shown):
+    """`1:` or `on:` would be a number or a boolean key, `? [a, b]` a list: not a name; refused with its line."""
+    text, _, line = with_line("torch_npu:", f"  {key}: \"9.9\"\n")
+    path = tmp_path / "lock.yaml"
+    path.write_text(text)
+    with pytest.raises(LockError) as err:
+        load_lock(path)
+    assert str(err.value).startswith(f"{path}:{line}: {shown}"), str(err.value)
+
+
+def test_lock_text_edits_are_read_as_strictly(tmp_path):
+    """set_base_digest validates its edit with load_lock_text: the same refusal, naming the file and line."""
+    from rollout8.lock import load_lock_text
+
+    first = next(i for i, ln in enumerate(LOCK_FILE.read_text().splitlines(), 1) if ln.startswith("  torch:"))
+    text, _, second = with_line("torch_npu:", '  torch: "2.8.0"\n')
+    with pytest.raises(LockError, match=rf"^lock\.yaml:{second}: key 'torch' is given twice \(first at line "
+                                        rf"{first}\)"):
+        load_lock_text(text, "lock.yaml")
+
+
+def test_a_lock_that_is_not_utf8_or_not_yaml_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "lock.yaml"
+    path.write_bytes(LOCK_FILE.read_bytes().replace(b"ubuntu", b"ub\xffntu", 1))
+    with pytest.raises(LockError, match=rf"^{path}: not UTF-8 text \(byte \d+\); save the version lock as UTF-8$"):
+        load_lock(path)
+    text, _, _ = with_line("torch_npu:", "  ray: [2.46\n")
+    path.write_text(text)
+    with pytest.raises(LockError) as err:
+        load_lock(path)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"{path}:"), str(err.value)
+    assert "not valid YAML" in str(err.value)
+
+
 def test_cli_fails_loudly_on_a_placeholder(tmp_path):
     path = write_lock(tmp_path, lambda d: d["git"]["megatron-lm"].update(commit="TODO-resolve-core_v0.12.1"))
     result = subprocess.run([sys.executable, "-m", "rollout8", "lock", "--lock", str(path), "--build-args"],

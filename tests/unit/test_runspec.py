@@ -115,6 +115,33 @@ def test_not_a_mapping(tmp_path):
         load_spec(tmp_path / "missing.yaml")
 
 
+def test_a_key_given_twice_is_refused_naming_file_and_both_lines(tmp_path):
+    """Inside a section too (plain YAML would keep the last nnodes, silently)."""
+    path = tmp_path / "run.yaml"
+    text = yaml.safe_dump(MINIMAL, sort_keys=False)
+    lines = text.splitlines(keepends=True)
+    first = lines.index("  nnodes: 2\n") + 1
+    lines.insert(first, "  nnodes: 4\n")
+    path.write_text("".join(lines))
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value) == f"{path}:{first + 1}: key 'nnodes' is given twice (first at line {first}): keep one"
+
+
+@pytest.mark.parametrize("section, key, shown", [
+    ("env", "1", "key 1 is not a string (int): quote it ('1')"),
+    ("env", "null", "key None is not a string (NoneType): quote it ('null')"),
+    ("verl", "? [trainer.nnodes, trainer.device]\n ", "key ['trainer.nnodes', 'trainer.device'] is not a string"),
+])
+def test_a_key_that_is_not_a_string_is_refused_naming_the_line(tmp_path, section, key, shown):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(MINIMAL, sort_keys=False) + f"{section}:\n {key}: x\n")
+    line = len(yaml.safe_dump(MINIMAL).splitlines()) + 2
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert str(err.value).startswith(f"{path}:{line}: {shown}"), str(err.value)
+
+
 def test_configs_readme_matches_the_model():
     """configs/README.md carries `rollout8 check --explain`'s field reference: a new field must be documented."""
     from rollout8.runspec.runspec import explain

@@ -56,12 +56,11 @@ def check_flashrl_config(value: str | None) -> tuple[str, str]:
         raise ActivationError(f"FLASHRL_CONFIG={raw} does not exist on this node: FlashRL would treat it as a "
                               "Hugging Face hub path and try to download it. Copy the config to the same path on "
                               "every node (or fix the path) before starting Ray.")
-    import yaml
+    from ..yamlio import read_yaml
 
-    try:
-        with open(raw) as f:
-            data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
+    try:  # strict: a key given twice (FlashRL would keep the last, silently) or not a string is refused
+        data = read_yaml(raw, what="FlashRL config", error=ActivationError)
+    except (OSError, ActivationError) as exc:
         raise ActivationError(f"FLASHRL_CONFIG={raw} is not readable YAML: {exc}") from exc
     entries = data.get("configs") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
+from ..yamlio import load_json
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -73,7 +74,7 @@ def read_header(path: Path) -> dict:
 def _json_object(raw: bytes, path: Path, problem: str) -> dict:
     """raw as a JSON object, or ModelError naming path and the problem (problem also for invalid JSON)."""
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = load_json(raw.decode("utf-8"), source=path, error=ModelError)  # a key given twice: ModelError
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"{path}: {problem} ({exc})") from exc
     if not isinstance(data, dict):
@@ -108,7 +109,7 @@ class Checkpoint:
         index = self.dir / INDEX_FILE
         if index.is_file():
             try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+                weight_map = load_json(index.read_text(encoding="utf-8"), source=index, error=ModelError)["weight_map"]
                 files = sorted(set(weight_map.values()))
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
                 raise ModelError(f"{index}: not a safetensors index (JSON with a weight_map): {exc}") from exc

@@ -50,14 +50,13 @@ writing, every Linear's dequantized weight (int8 * scale) is compared with the s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ModelError
-from ..fileutil import staged_dir
+from ..fileutil import sha256_bytes, staged_dir
 from .checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
 from .layout import (
     ASCEND,
@@ -98,15 +97,11 @@ def model_dtype(config: dict, where: str):
 
 def source_fingerprint(ckpt: Checkpoint) -> str:
     """Changes when any source tensor's name/dtype/shape or any shard file's size/mtime changes."""
-    h = hashlib.sha256()
-    for name in sorted(ckpt.tensors):
-        info = ckpt.tensors[name]
-        h.update(f"{name}|{info.dtype}|{info.shape}\n".encode())
+    lines = [f"{name}|{info.dtype}|{info.shape}\n" for name, info in sorted(ckpt.tensors.items())]
     for shard in sorted({i.file for i in ckpt.tensors.values()}):
         st = shard.stat()
-        h.update(f"{shard.name}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    h.update((ckpt.dir / "config.json").read_bytes())
-    return h.hexdigest()
+        lines.append(f"{shard.name}|{st.st_size}|{st.st_mtime_ns}\n")
+    return sha256_bytes("".join(lines).encode() + (ckpt.dir / "config.json").read_bytes())
 
 
 def ascend_config(config: dict) -> dict:

@@ -20,7 +20,6 @@ the same bytes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shutil
 import zlib
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
-from ..fileutil import staged_dir
+from ..fileutil import sha256_file, sha256_json, staged_dir
 
 BUILDER_VERSION = "1"  # bump when the output of a given (preset, seed, overrides) changes
 
@@ -401,12 +400,12 @@ def make_pair(out_dir: str | Path, preset: str = "tiny", seed: int = 0, progress
 
 
 def _digest(data) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+    return sha256_json(data)[:12]
 
 
 def cache_key(preset: str, seed: int, overrides: dict) -> str:
     """`<preset>-s<seed>-<inputs digest>-<builder source digest>`: a changed builder gives a new key."""
-    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    source = sha256_file(__file__)
     return f"{preset}-s{seed}-{_digest(overrides)}-{source[:12]}"
 
 

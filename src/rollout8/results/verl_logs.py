@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from ..errors import Rollout8Error
+from ..yamlio import read_yaml
 from . import tfevents
 
 CONSOLE_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
@@ -207,11 +207,14 @@ def _walk(root: Path) -> list[Path]:
 
 def _mode_from_yaml(path: Path) -> tuple[str, str] | None:
     """(mode, why) from a FlashRL config (`configs: [{fn: ...}]`) or a rollout8 run spec (`rollout.quantization`)."""
+    # Strict like every other read of these files: the two kinds that say something here are rollout8's own (the
+    # FlashRL config `rollout8 setup`/`render` wrote, a run spec), which the product refuses with a key given twice,
+    # so a copy that has one did not run as read; verl's own YAML in a log tree (hydra's .hydra/*.yaml, written by
+    # OmegaConf: UTF-8, string keys, no duplicates) reads the same, and a file that fails is skipped as a file that
+    # is not YAML always was (it cannot hold a mode then).
     try:
-        if path.stat().st_size > 1_000_000:
-            return None
-        data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, yaml.YAMLError):
+        data = read_yaml(path, what="YAML file", max_bytes=1_000_000)
+    except (OSError, Rollout8Error):
         return None
     if not isinstance(data, dict):
         return None

@@ -17,6 +17,7 @@ import yaml
 
 from ..errors import SpecError
 from ..fileutil import atomic_write
+from ..yamlio import read_yaml
 
 # The fields FlashRL 1.0.3's configs dataclasses give each function (flash_rl/configs/int8.py, bf16.py).
 BASE_ENTRY = {"distributed_executor_backend": "external_launcher", "load_format": "auto"}
@@ -28,7 +29,7 @@ ASCEND_DESCRIPTION = "quant_model_description.json"
 def _is_flashrl_config(path: Path) -> bool:
     if path.stat().st_size > 1_000_000:
         return False
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = read_yaml(path, what="FlashRL config")  # SpecError on a duplicated key: not one (check_output's test)
     return isinstance(data, dict) and isinstance(data.get("configs"), list)
 
 

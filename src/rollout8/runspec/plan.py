@@ -25,18 +25,17 @@ DIR/.sha256-cache.json by (path, size, mtime) so a re-run does not re-read large
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from ..errors import CheckFailed, SpecError
-from ..fileutil import atomic_symlink, atomic_write, sha256_file
+from ..fileutil import atomic_symlink, atomic_write, sha256_bytes, sha256_file, sha256_json
 from ..lock import load_lock
+from ..models import StrictModel
+from ..yamlio import load_json
 from . import check as check_rules
 from .flashrl_config import dump_config
 from .render import FLASHRL_FILE, LAUNCH_FILE, launch_text, render
@@ -51,18 +50,16 @@ PROFILE_CHECK_CACHE = ".profile-checks"  # check_profile's passes, by the key of
 SCHEMA = 1
 
 
-class Copy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Copy(StrictModel):
     what: str
     src: str
     dest: str
     kind: Literal["file", "dir"]
 
 
-class Plan(BaseModel):
+class Plan(StrictModel):
     """rollout8-plan.json: what the Ansible roles and the probe job read (and nothing else)."""
 
-    model_config = ConfigDict(extra="forbid")
     schema_: int = SCHEMA
     name: str
     accelerator: Literal["npu", "cpu"]
@@ -96,11 +93,11 @@ class Plan(BaseModel):
     def identity(self) -> str:
         """The job's identity: what runs and on which bytes (not where the controller keeps its copies)."""
         fields = {k: v for k, v in self.to_json().items() if k not in ("copies", "job_id", "image")}
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+        return sha256_json(fields)[:12]
 
 
 def load_plan(path: str | Path) -> Plan:
-    return Plan.from_json(json.loads(Path(path).read_text()))
+    return Plan.from_json(load_json(Path(path).read_bytes(), source=path))
 
 
 def _checksums(what: str, local: Path, cache: dict) -> dict[str, str]:
@@ -207,7 +204,7 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
         flashrl_file = out / FLASHRL_FILE
         _refresh(flashrl_file, flashrl_text)
         copies.append(Copy(what="flashrl", src=str(flashrl_file.resolve()), dest=node_paths["flashrl"], kind="file"))
-        sums["flashrl"] = hashlib.sha256(flashrl_text.encode()).hexdigest()
+        sums["flashrl"] = sha256_bytes(flashrl_text)
 
     # The verl job is the rendered launch.sh (env exports + the verl command), copied to every node.
     node_paths["launch"] = f"{root}/{LAUNCH_FILE}"
@@ -215,7 +212,7 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     launch = launch_text(rendered)
     _refresh(launch_file, launch, mode=0o755)
     copies.append(Copy(what="launch", src=str(launch_file.resolve()), dest=node_paths["launch"], kind="file"))
-    sums["launch"] = hashlib.sha256(launch.encode()).hexdigest()
+    sums["launch"] = sha256_bytes(launch)
     steps = rendered.value("trainer.total_training_steps")
 
     probe = [cli, "probe-job", "--plan", node_paths["plan"], "--nodes", str(spec.cluster.nnodes)]

@@ -12,7 +12,6 @@ Output is a pure function of the spec and of the local artifacts' contents: same
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
-from ..fileutil import atomic_write, sha256_file
+from ..fileutil import atomic_write, sha256_bytes, sha256_file
 from . import flashrl_config
 from .runspec import RunSpec
 from .verl_keys import Override, QuotedStr, split_key
@@ -208,7 +207,7 @@ def manifest(rendered: Rendered, flashrl_text: str | None, spec_text: str) -> di
         artifacts.append({
             "name": "flashrl", "local": FLASHRL_FILE, "node": spec.node_path("flashrl"), "copy": True,
             "present": True, "kind": "file", "size": len(flashrl_text.encode()),
-            "sha256": hashlib.sha256(flashrl_text.encode()).hexdigest(),
+            "sha256": sha256_bytes(flashrl_text),
         })
     root = spec.deploy_root
     node_dirs = [root] + ([f"{root}/models", f"{root}/data"] if copy else [])
@@ -217,7 +216,7 @@ def manifest(rendered: Rendered, flashrl_text: str | None, spec_text: str) -> di
         "schema": MANIFEST_SCHEMA,
         "name": spec.name,
         "spec_file": spec.source.name if spec.source else None,
-        "spec_sha256": hashlib.sha256(spec_text.encode()).hexdigest(),
+        "spec_sha256": sha256_bytes(spec_text),
         "quantization": spec.rollout.quantization,
         "accelerator": spec.cluster.accelerator,
         "nnodes": spec.cluster.nnodes,

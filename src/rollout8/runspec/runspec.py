@@ -15,25 +15,23 @@ Paths come in two kinds:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args, get_origin
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from ..errors import SpecError
+from ..fileutil import sha256_json
+from ..models import FrozenModel
+from ..yamlio import read_yaml
 
 DEFAULT_DEPLOY_ROOT = "/var/lib/rollout8/runs/{name}"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 PORT_RANGE_PATTERN = r"^\d{1,5}-\d{1,5}$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class _Strict(FrozenModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_boolean_for_a_number(cls, value: Any, info) -> Any:
@@ -239,8 +237,7 @@ class RunSpec(_Strict):
         of silently continuing the old run's weights."""
         if self.cluster.shared_dir is None:
             return None
-        data = json.dumps(self.model_dump(mode="json", exclude={"description"}), sort_keys=True, default=str)
-        key = hashlib.sha256(data.encode()).hexdigest()[:12]
+        key = sha256_json(self.model_dump(mode="json", exclude={"description"}), default=str)[:12]
         return str(PurePosixPath(self.cluster.shared_dir) / self.name / key / "checkpoints")
 
     def node_path(self, what: str) -> str:
@@ -335,43 +332,6 @@ def parse_spec(raw: Any, base: Path, source: str = "<spec>") -> RunSpec:
 MAX_SPEC_BYTES = 1_000_000
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last, silently)."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
-                key_node.start_mark)
-        seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def load_yaml_strict(path: Path, what: str = "file"):
-    """Parse a YAML file that a user wrote: size-bounded, UTF-8, no duplicate keys; SpecError in one line."""
-    size = path.stat().st_size
-    if size > MAX_SPEC_BYTES:
-        raise SpecError(f"{path}: {size} bytes, far more than a {what} (at most {MAX_SPEC_BYTES}); wrong file?")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{path}: {where}not valid YAML: {problem}") from None
-
-
 def load_spec(path: str | Path) -> RunSpec:
     """Load and validate a run spec; SpecError lists one line per bad field."""
     path = Path(path)
@@ -379,7 +339,7 @@ def load_spec(path: str | Path) -> RunSpec:
         raise SpecError(f"{path}: is a directory; give the run spec's YAML file (configs/runs/*.yaml)")
     if not path.is_file():
         raise SpecError(f"{path}: run spec not found")
-    raw = load_yaml_strict(path, what="run spec")
+    raw = read_yaml(path, what="run spec", error=SpecError, max_bytes=MAX_SPEC_BYTES)
     spec = parse_spec(raw, path.resolve().parent, str(path))
     return spec.model_copy(update={"source": path.resolve()})
 
