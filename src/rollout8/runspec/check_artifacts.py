@@ -1,0 +1,265 @@
+"""The rules of `rollout8 check` on the files of a run on this machine: the artifacts' paths, dense or mixture of
+experts, the int8 layout, the model directories, and the profile against the int8 and bf16 models. Each reports
+through a Collector (check_common); check.run_checks calls them in order (and keeps the plan step's cache of a
+passing profile check: check.check_profile).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..errors import ModelError
+from .check_common import Collector
+from .runspec import RunSpec
+
+MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
+
+
+MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba")
+
+
+def check_paths(c: Collector, spec: RunSpec) -> None:
+    if "FLASHRL_CONFIG" in spec.env:
+        c.error("flashrl-paths", "env.FLASHRL_CONFIG",
+                f"is set by render to {spec.node_path('flashrl')} (deploy.root); remove it from env")
+    shared = spec.deploy.shared_storage
+    fields = {"bf16": "model.bf16", "int8": "model.int8", "profile": "model.profile", "train": "data.train",
+              "val": "data.val", "reward": "data.reward"}
+    for name in spec.artifacts():
+        local = spec.local_path(name)
+        field = fields[name]
+        if name == "profile" and spec.model.profile is None:
+            field = "model.profile (default <model.int8>/profile.pt)"
+        if shared:
+            if not PurePosixPath(str(local)).is_absolute():
+                c.error("flashrl-paths", field, f"{local} must be an absolute path on every node "
+                        "(deploy.shared_storage: true); a relative FlashRL path is taken for a hub id")
+            elif not Path(local).exists():
+                c.info("flashrl-paths", field, f"{local} is not on this machine: not checked here "
+                       "(shared storage; the probe job checks it on every node)")
+            continue
+        if not Path(local).exists():
+            what = "file" if name in ("profile", "train", "val", "reward") else "model directory"
+            hint = {"profile": "; make it with `rollout8 profile -m BF16 -q INT8 -o PROFILE`"}.get(name, "")
+            c.error("flashrl-paths", field, f"{local}: {what} does not exist here (it is copied from here to "
+                    f"{spec.node_path(name)} on every node){hint}")
+        elif name in ("bf16", "int8") and not Path(local).is_dir():
+            c.error("flashrl-paths", field, f"{local} is not a directory (expected an HF model directory)")
+        elif name in ("train", "val") and Path(local).suffix != ".parquet":
+            c.warning("flashrl-paths", field, f"{local}: verl reads parquet files (.parquet)")
+        elif name == "reward" and (not Path(local).is_file() or "def compute_score" not in
+                                   Path(local).read_text(errors="replace")):
+            c.error("flashrl-paths", field, f"{local}: not a Python file defining compute_score(data_source, "
+                    "solution_str, ground_truth, extra_info=None), which verl's custom_reward_function calls")
+
+
+def _read_config(path: Path | None) -> dict | None:
+    if path is None or not (path / "config.json").is_file():
+        return None
+    try:
+        return json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def is_moe_config(config: dict) -> str | None:
+    """Why a config.json describes a mixture-of-experts model, or None."""
+    for source in (config, config.get("text_config") or {}):
+        for key in MOE_CONFIG_KEYS:
+            value = source.get(key)
+            if isinstance(value, int) and value > 1:
+                return f"{key}={value}"
+        model_type = str(source.get("model_type", ""))
+        if model_type in MOE_MODEL_TYPES:
+            return f"model_type={model_type}"
+    return None
+
+
+def check_moe(c: Collector, spec: RunSpec) -> None:
+    if not spec.flashrl:
+        return
+    fix = ("FlashRL's profile covers dense layers only, MoE expert weights would not be requantized; "
+           "use rollout.quantization: bf16 for this model")
+    if spec.model.moe:
+        c.error("moe", "model.moe", f"true: {fix}")
+        return
+    for field, path in (("model.bf16", spec.model.bf16), ("model.int8", spec.model.int8)):
+        config = _read_config(path)
+        if config is not None:
+            reason = is_moe_config(config)
+            if reason:
+                c.error("moe", field, f"{path}/config.json says mixture of experts ({reason}): {fix}")
+            return
+    if spec.model.moe is None:
+        c.info("moe", "model.moe", "no config.json readable here: could not tell dense from MoE "
+               "(set model.moe: false to state it)")
+
+
+def check_layout(c: Collector, spec: RunSpec) -> None:
+    if not spec.flashrl or spec.model.int8 is None:
+        return
+    from .flashrl_config import detect_layout
+
+    if spec.model.int8.is_dir():
+        try:
+            found = detect_layout(spec.model.int8)
+        except ModelError:
+            found = spec.model.layout  # what is wrong with the directory: check_models says it
+        if found != spec.model.layout:
+            c.error("layout", "model.layout", f"is {spec.model.layout} but {spec.model.int8} is in the {found} "
+                    f"layout; set model.layout: {found}")
+    if spec.cluster.accelerator == "npu" and spec.model.layout == "compressed-tensors":
+        c.error("layout", "model.layout",
+                "compressed-tensors W8A8 does not load on vllm-ascend at the pin (it maps every "
+                "quantization_config to 'ascend' and fails with KeyError); convert the model with "
+                "`rollout8 convert` and set model.layout: ascend")
+
+
+_LAYER = re.compile(r"\.layers\.(\d+)\.")
+
+
+def _layers(names: set[str]) -> str:
+    idx = sorted({int(m.group(1)) for n in names if (m := _LAYER.search(n))})
+    if not idx:
+        return ""
+    return f" (layers {idx[0]}..{idx[-1]})" if len(idx) > 1 else f" (layer {idx[0]})"
+
+
+def _numel(x: Any) -> int:
+    return int(x.numel()) if hasattr(x, "numel") else 1
+
+
+def _sample(names: set[str]) -> str:
+    items = sorted(names)
+    return ", ".join(items[:3]) + (f", ... ({len(items)} in all)" if len(items) > 3 else "")
+
+
+def check_models(c: Collector, spec: RunSpec) -> None:
+    """The model directories are what their fields say: a readable config.json; the bf16 model holds no int8
+    weights (the int8 directory given as model.bf16 would train on int8 codes); the int8 model holds int8 weights,
+    each with its weight_scale; every shard's size agrees with its header (a truncated copy fails here, not on
+    the nodes)."""
+    from ..quant.checkpoint import Checkpoint, read_json
+
+    wanted = [("model.bf16", spec.model.bf16, "bf16")]
+    if spec.flashrl and spec.model.int8 is not None:
+        wanted.append(("model.int8", spec.model.int8, "int8"))
+    for field, path, kind in wanted:
+        if path is None or not path.is_dir():
+            continue  # reported by check_paths, or not on this machine
+        config = path / "config.json"
+        if not config.is_file():
+            c.error("models", field, f"{path}: no config.json: not a Hugging Face model directory (copy it whole)")
+            continue
+        try:
+            parsed = read_json(config, "config.json")
+            ckpt = Checkpoint(path)
+        except ModelError as exc:
+            c.error("models", field, str(exc))
+            continue
+        int8 = [n for n, t in ckpt.tensors.items() if t.dtype == "I8"]
+        if kind == "bf16" and (int8 or "quantization_config" in parsed):
+            c.error("models", field, f"{path} is a quantized model ({len(int8)} int8 tensors"
+                    f"{', quantization_config in config.json' if 'quantization_config' in parsed else ''}): "
+                    "model.bf16 must be the unquantized weights the trainer updates")
+        if kind == "int8":
+            weights = ckpt.int8_weights()
+            if not weights:
+                c.error("models", field, f"{path} holds no int8 weights: not a W8A8 model (the bf16 directory "
+                        "given as model.int8?)")
+                continue
+            unscaled = sorted(n for n in weights if n[: -len(".weight")] + ".weight_scale" not in ckpt.tensors)
+            if unscaled:
+                c.error("models", field, f"{len(unscaled)} int8 weight(s) have no weight_scale, e.g. {unscaled[0]}: "
+                        "the checkpoint is incomplete; convert or copy it again")
+
+
+# int8 entries a sampled verify-quant checks (spread over the model): a profile of another checkpoint fails
+PROFILE_SAMPLE = 4
+
+
+def _check_profile(c: Collector, spec: RunSpec) -> None:
+    profile_path = spec.model.profile_path
+    field = "model.profile"
+    if profile_path and profile_path.is_dir():
+        c.error("profile", field, f"{profile_path} is a directory; model.profile is the profile file "
+                "(`rollout8 profile -o FILE.pt`)")
+        return
+    if not (profile_path and profile_path.is_file() and spec.model.int8.is_dir()):
+        return  # reported by check_paths, or not on this machine
+    try:
+        import torch
+    except ImportError:
+        c.info("profile", field, "torch is not installed here: profile not compared with the int8 model")
+        return
+    from ..quant.checkpoint import Checkpoint
+
+    try:
+        ckpt = Checkpoint(spec.model.int8)
+    except ModelError as exc:
+        c.error("profile", "model.int8", str(exc))
+        return
+    try:
+        profile = torch.load(profile_path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a bad file
+        c.error("profile", field, f"{profile_path}: not a loadable FlashRL profile ({type(exc).__name__}: {exc})")
+        return
+    if not isinstance(profile, dict) or not all(isinstance(v, dict) and {"input_scale", "output_scale", "type"}
+                                                <= set(v) for v in profile.values()):
+        c.error("profile", field, f"{profile_path}: not a FlashRL profile ({{name: {{input_scale, output_scale, "
+                "type}}}}); make it with `rollout8 profile`")
+        return
+    quantized = ckpt.int8_weights()
+    in_profile_int8 = {n for n, v in profile.items() if v["type"] == torch.int8}
+    missing = quantized - in_profile_int8
+    extra = set(profile) - set(ckpt.tensors)
+    remake = f"; re-run `rollout8 profile` for {spec.model.int8}"
+    if missing:
+        c.error("profile", field, f"{len(missing)} int8 weight(s) of the int8 model are not in the profile"
+                f"{_layers(missing)}: {_sample(missing)}{remake}")
+    if extra:
+        c.error("profile", field, f"{len(extra)} profile entr(ies) name tensors the int8 model does not have"
+                f"{_layers(extra)}: {_sample(extra)}{remake}")
+    wrong_type = {n for n in in_profile_int8 & set(ckpt.tensors) if n not in quantized}
+    if wrong_type:
+        c.error("profile", field, f"{len(wrong_type)} entr(ies) quantize to int8 tensors that are not int8 in the "
+                f"model: {_sample(wrong_type)}{remake}")
+    bad_shape = []
+    for name, entry in sorted(profile.items()):
+        info = ckpt.tensors.get(name)
+        if info is None:
+            continue
+        shape = info.shape
+        out_n, in_n = (shape[0], shape[-1]) if len(shape) >= 2 else (shape[0], shape[0])
+        o, i = _numel(entry["output_scale"]), _numel(entry["input_scale"])
+        if len(shape) >= 2:
+            if o not in (1, out_n) or i not in (1, in_n):
+                bad_shape.append(f"{name} {list(shape)}: output_scale {o}, input_scale {i}")
+        elif i not in (1, out_n):
+            bad_shape.append(f"{name} {list(shape)}: input_scale {i}")
+    if bad_shape:
+        c.error("profile", field, f"{len(bad_shape)} entr(ies) have scales whose shapes do not fit the model: "
+                + "; ".join(bad_shape[:3]) + remake)
+    bad_scale = sorted(name for name, entry in profile.items() for key in ("input_scale", "output_scale")
+                       if torch.is_tensor(entry[key]) and entry[key].is_floating_point()
+                       and not bool((torch.isfinite(entry[key]) & (entry[key] != 0)).all()))
+    if bad_scale:
+        c.error("profile", field, f"{len(bad_scale)} entr(ies) have NaN, infinite or zero scales, e.g. "
+                f"{bad_scale[0]}: FlashRL would write garbage weights at every sync{remake}")
+    if missing or extra or wrong_type or bad_shape or bad_scale or not spec.model.bf16.is_dir():
+        return
+    from ..quant.verify import verify
+
+    try:
+        report = verify(spec.model.bf16, spec.model.int8, profile_path, sample=PROFILE_SAMPLE)
+    except ModelError as exc:
+        c.error("profile", field, str(exc))
+        return
+    if not report.passed:
+        worst = report.failures[0]
+        c.error("profile", field, f"a sampled verify-quant fails ({len(report.failures)} of {len(report.rows)} "
+                f"entries, e.g. {worst.name}: {worst.message}): the profile, the bf16 model and the int8 model are "
+                f"not of one checkpoint; re-run `rollout8 profile -m {spec.model.bf16} -q {spec.model.int8}`")
