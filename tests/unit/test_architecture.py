@@ -14,7 +14,8 @@ PKG = REPO / "src" / "rollout8"
 
 # Layer of each top-level part of the package; a module may import only from its own layer or lower ones.
 LAYERS = {
-    "errors": 0, "findings": 0, "paths": 0, "fileutil": 0, "lock": 0, "pylock": 0, "peak_memory": 0,
+    "errors": 0, "findings": 0, "paths": 0, "fileutil": 0, "lock": 0, "pylock": 0, "peak_memory": 0, "yamlio": 0,
+    "models": 0,
     "quant": 1, "results": 1,
     "runspec": 2,
     "node": 3,
@@ -142,13 +143,43 @@ def test_no_library_module_defines_argument_parsing():
 @pytest.mark.parametrize("pattern, where", [
     (r"def \w*sha256\w*\(|while block := |iter\(lambda: \w+\.read\(", "the sha256-of-a-file helper"),
     (r"os\.replace\(", "the atomic write / publish"),
+    (r"hashlib\.", "the sha256 helpers (sha256_file, sha256_bytes, sha256_json)"),
+    (r"yaml\.(safe_)?load\b|SafeLoader|object_pairs_hook", "the strict YAML / JSON reader"),
     (r"def build_env\b|def node_env\b", "the node environment builder"),
 ])
 def test_one_definition_of_each_shared_helper(pattern, where):
     out = subprocess.run(["git", "grep", "-nE", pattern, "--", "src"], cwd=REPO, capture_output=True, text=True)
     files = {line.split(":", 1)[0] for line in out.stdout.splitlines()}
-    expected = {"src/rollout8/runspec/render.py"} if "env" in where else {"src/rollout8/fileutil.py"}
+    expected = {"src/rollout8/runspec/render.py"} if "env" in where else \
+        {"src/rollout8/yamlio.py"} if "strict" in where else {"src/rollout8/fileutil.py"}
     assert files == expected, f"{where}: {out.stdout}"
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_longer_than_500_lines():
+    """A module past 500 lines holds more than one responsibility: split it (runspec/check.py was 603)."""
+    long = {str(p.relative_to(REPO)): n for p in sorted(PKG.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"split these by responsibility: {long}"
+
+
+def test_every_pydantic_model_derives_from_the_strict_base():
+    """One place sets extra="forbid" (rollout8.models): no model of the package sets its own model_config or
+    derives from BaseModel directly, so none can silently drop an unknown field."""
+    hits = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "models.py" and path.parent == PKG:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b) for b in node.bases}
+                if bases & {"BaseModel", "pydantic.BaseModel"} or any(
+                        isinstance(s, ast.Assign) and any(getattr(t, "id", "") == "model_config" for t in s.targets)
+                        for s in node.body):
+                    hits.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.name}")
+    assert hits == []
 
 
 def _code_strings(path: Path) -> list[tuple[int, str]]:
