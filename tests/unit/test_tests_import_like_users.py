@@ -11,10 +11,6 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 MUTATORS = {"insert", "append", "extend", "remove", "pop", "clear", "reverse", "sort"}
-# Being renamed by another change (test_npu_accept.py -> test_accept_npu.py), not to be edited here: its one edit
-# imports tests/npu/npu_worker.py, which tests/npu on pytest's pythonpath already makes importable by name (drop the
-# insert and the restore). Remove this entry with that fix; nothing may be added.
-NOT_YET = {"tests/unit/test_npu_accept.py", "tests/unit/test_accept_npu.py"}
 
 
 def sys_path_edits(source: str, filename: str = "<string>") -> list[str]:
@@ -57,7 +53,7 @@ def test_nothing_under_tests_edits_sys_path():
     hits = []
     for path in sorted(TESTS.rglob("*.py")):
         name = str(path.relative_to(REPO))
-        if "__pycache__" not in path.parts and name not in NOT_YET:
+        if "__pycache__" not in path.parts:
             hits += sys_path_edits(path.read_text(), name)
     assert hits == [], "import through pytest's pythonpath (pyproject.toml) or a child's PYTHONPATH instead:\n" + \
         "\n".join(hits)
