@@ -364,7 +364,7 @@ def test_explain_lists_every_field_and_rule(capsys):
         assert text in out
 
 
-@pytest.mark.skipif(not __import__("rollout8.runspec.verl_keys").spec.verl_keys.hydra_available(),
+@pytest.mark.skipif(not __import__("rollout8.runspec.verl_keys").runspec.verl_keys.hydra_available(),
                     reason="hydra-core is not installed")
 def test_verl_keys_checked_by_hydra_when_verl_is_installed(raw, run_dir, tmp_path, monkeypatch):
     """With verl importable, hydra composes its config with each override (verl 0.6.1's tree stands in)."""
