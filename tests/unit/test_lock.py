@@ -361,7 +361,9 @@ def test_inventory_sample_and_role_default_name_the_lock_image(lock):
         f"set rollout8_image in ansible/inventory/sample/group_vars/all/runtime.yml to {lock.image_ref()} "
         "(`rollout8 lock --get image`)")
     defaults = yaml.safe_load((ROOT / "ansible/roles/rollout8_defaults/defaults/main.yml").read_text())
-    assert defaults["rollout8_image"] == "{{ rollout8_plan.image }}"  # the plan carries lock.image_ref()
+    assert defaults["rollout8_image"] == ""  # the knob: empty means the plan's image
+    derived = yaml.safe_load((ROOT / "ansible/roles/rollout8_defaults/vars/main.yml").read_text())
+    assert derived["rollout8_image_ref"] == "{{ rollout8_image or rollout8_plan.image }}"  # the plan: lock.image_ref()
 
 
 def test_cann_files_report(tmp_path):

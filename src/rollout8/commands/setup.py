@@ -8,7 +8,14 @@ from pathlib import Path
 from ..errors import SpecError
 from ..fileutil import check_output
 from ..quant.checkpoint import require_kind
-from ..runspec.flashrl_config import CONFIG_KIND, build_config, config_for_spec, detect_layout, mix_summary, write_config
+from ..runspec.flashrl_config import (
+    CONFIG_KIND,
+    build_config,
+    config_for_spec,
+    detect_layout,
+    mix_summary,
+    write_config,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
