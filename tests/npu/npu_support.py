@@ -5,19 +5,16 @@ A module of its own (not conftest.py), so test modules import it by a name no ot
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import engine_platform  # the engine harness (virtual/engine): one rank's engine environment
-import engine_runs
+import engine_runs  # the engine harness (virtual/engine): one way to start an engine process and read it back
 
 from rollout8.node.accept_npu import STEPS, StepResult
 
 HERE = Path(__file__).resolve().parent
-ENGINE_HARNESS = Path(engine_platform.__file__).resolve().parent  # npu_worker.py imports it: on its PYTHONPATH
 
 ENGINE_TIMEOUT_S = int(os.environ.get("ROLLOUT8_ENGINE_TIMEOUT", "1800"))
 # The int8 engine's steps: generate, one FlashRL weight update, generate, read the int8 weights back, timing.
@@ -32,8 +29,8 @@ def record(step: StepResult) -> StepResult:
 
 
 def rollout8(*args: str) -> subprocess.CompletedProcess:
-    """The real CLI, as a user runs it, in this interpreter."""
-    return subprocess.run([sys.executable, "-m", "rollout8", *args], capture_output=True, text=True, timeout=3600)
+    """The real CLI, as a user runs it, in this interpreter (the image's)."""
+    return engine_runs.rollout8(*args, check=False, python=sys.executable, timeout=3600)
 
 
 def rollout8_ok(*args: str) -> str:
@@ -57,15 +54,9 @@ class EngineRun(engine_runs.EngineRun):
 
 
 def run_engine(out: Path, *, model: Path, flashrl_config: Path, steps: list[str], **spec_fields) -> EngineRun:
-    """npu_worker.py as a fresh engine process, with the engine tier's environment for one rollout rank."""
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "flashrl.log"
-    log.unlink(missing_ok=True)
-    spec = {"out": str(out), "model": str(model), "steps": steps, **spec_fields}
-    (out / "spec.json").write_text(json.dumps(spec, indent=2))
-    env = engine_platform.engine_env(rank=0, world_size=1, flashrl_config=flashrl_config, log_file=log)
-    env["PYTHONPATH"] = os.pathsep.join([str(ENGINE_HARNESS), *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.run([sys.executable, str(HERE / "npu_worker.py"), str(out / "spec.json")], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=ENGINE_TIMEOUT_S)
-    (out / "engine.out").write_text(proc.stdout)
-    return EngineRun(out, log, proc.stdout)
+    """npu_worker.py as a fresh engine process, started by the engine tier's one launcher (one rollout rank's
+    environment); a worker that recorded nothing gives failed steps, not an error."""
+    run = engine_runs.run_engine(out, model=model, flashrl_config=flashrl_config, steps=steps,
+                                 worker=HERE / "npu_worker.py", timeout=ENGINE_TIMEOUT_S, require_results=False,
+                                 **spec_fields)
+    return EngineRun(run.out, run.log, run.stdout)

@@ -36,9 +36,10 @@ CLI_PYTHON = os.environ.get("ROLLOUT8_CLI_PYTHON") or next(
     (str(p) for p in [REPO / ".venv" / "bin" / "python"] if p.is_file()), sys.executable)
 
 
-def rollout8(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """The real CLI, as a user runs it."""
-    proc = subprocess.run([CLI_PYTHON, "-m", "rollout8", *args], capture_output=True, text=True, timeout=900)
+def rollout8(*args: str, check: bool = True, python: str = CLI_PYTHON, timeout: float = 900
+             ) -> subprocess.CompletedProcess:
+    """The real CLI, as a user runs it (with `python`: the NPU suite runs it in the image's own interpreter)."""
+    proc = subprocess.run([python, "-m", "rollout8", *args], capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"rollout8 {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -74,7 +75,9 @@ class EngineRun:
 
 def _launch(out: Path, *, model: Path, steps: list[str], flashrl_config: Path | None, rank: int = 0,
             world_size: int = 1, master_port: int | None = None, extra_env: dict | None = None,
-            unpatched: bool = False, **spec_fields):
+            unpatched: bool = False, worker: Path = HERE / "engine_worker.py", **spec_fields):
+    """Start one engine process: `worker` (engine_worker.py, or the NPU suite's npu_worker.py, which imports this
+    harness: it is put on the process's PYTHONPATH) with a spec.json of the steps."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / "flashrl.log"
     log.unlink(missing_ok=True)
@@ -89,29 +92,33 @@ def _launch(out: Path, *, model: Path, steps: list[str], flashrl_config: Path | 
         env["PYTHONPATH"] = os.pathsep.join([str(VERL_OVERLAY), *filter(None, [env.get("PYTHONPATH")])])
     if unpatched or ALL_UNPATCHED:
         env["PYTHONPATH"] = os.pathsep.join([str(UNPATCHED_OVERLAY), *filter(None, [env.get("PYTHONPATH")])])
+    if Path(worker).resolve().parent != HERE:
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [env.get("PYTHONPATH")])])
     stdout = open(out / "engine.out", "w")
-    proc = subprocess.Popen([sys.executable, str(HERE / "engine_worker.py"), str(out / "spec.json")], env=env,
+    proc = subprocess.Popen([sys.executable, str(worker), str(out / "spec.json")], env=env,
                             stdout=stdout, stderr=subprocess.STDOUT, text=True)
     return proc, stdout, out, log
 
 
-def _finish(launched) -> EngineRun:
+def _finish(launched, timeout: float = ENGINE_TIMEOUT_S, require_results: bool = True) -> EngineRun:
+    """Wait (bounded) for an engine process; with require_results, one that recorded nothing fails here."""
     proc, stdout, out, log = launched
     try:
-        proc.wait(timeout=ENGINE_TIMEOUT_S)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
     stdout.close()
     text = (out / "engine.out").read_text(errors="replace")
-    assert (out / "results.json").is_file(), f"engine process exited {proc.returncode} before recording anything:\n" \
-                                             f"{text[-5000:]}"
+    recorded = (out / "results.json").is_file()
+    assert recorded or not require_results, f"engine process exited {proc.returncode} before recording anything:\n" \
+                                            f"{text[-5000:]}"
     return EngineRun(out=out, log=log, stdout=text)
 
 
-def run_engine(out: Path, **kwargs) -> EngineRun:
+def run_engine(out: Path, *, timeout: float = ENGINE_TIMEOUT_S, require_results: bool = True, **kwargs) -> EngineRun:
     """One engine process, to the end (see engine_worker.py for the spec fields and steps)."""
-    return _finish(_launch(out, **kwargs))
+    return _finish(_launch(out, **kwargs), timeout=timeout, require_results=require_results)
 
 
 def run_engine_group(runs: dict, world_size: int) -> dict:
