@@ -129,3 +129,27 @@ def test_send_tree_links_every_copy_and_removes_only_its_own_stale_links(tmp_pat
     write_send_tree(tree, arrival_list(copies[:1], {"bf16/blob": "a", "bf16/weights.safetensors": "a"}, "/deploy"))
     assert not (tree / "data").exists() and (tree / "models" / "bf16").is_symlink()
     assert (model / "weights.safetensors").is_symlink() and (model / "blob").read_bytes() == b"w" * 10
+
+
+def test_plan_is_the_plan_roles_one_command_profile_when_missing_and_verify_quant_kept(tiny_spec, tmp_path, capsys):
+    """`rollout8 plan --profile missing --verify-quant`: what the plan role runs, in one call. A missing profile is
+    refused without the flag, computed with it; the full verify-quant runs once and its report is kept under the
+    artifacts' checksums (a re-run reads it, does not verify again)."""
+    spec = yaml.safe_load(tiny_spec.read_text())
+    profile = Path(spec["model"]["profile"])
+    profile.unlink()
+    out = tmp_path / "plan"
+    assert main(["plan", str(tiny_spec), "-o", str(out)]) != 0
+    assert "model.profile" in capsys.readouterr().err and not profile.exists()
+
+    assert main(["plan", str(tiny_spec), "-o", str(out), "--profile", "missing", "--verify-quant"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["profile_written"] == str(profile) and profile.is_file()
+    report = Path(first["verify_quant"]["report"])
+    assert first["verify_quant"]["cached"] is False and json.loads(report.read_text())["passed"] is True
+    stamp = report.stat().st_mtime_ns
+
+    assert main(["plan", str(tiny_spec), "-o", str(out), "--profile", "missing", "--verify-quant"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["profile_written"] is None and again["verify_quant"] == {"report": str(report), "cached": True}
+    assert report.stat().st_mtime_ns == stamp
