@@ -191,7 +191,7 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         # environment and the probe job is red, naming it.
         rc, out = playbook(work, spec, image, tarball, "-e", '{"rollout8_container_exec_prefix": []}',
                            "-e", "rollout8_relaunch=true")
-        assert rc != 0 and "probe job RED: " in one_line(out), out[-3000:]
+        assert rc != 0 and "probe job RED on " in one_line(out) and "cann=FAIL" in one_line(out), out[-3000:]
         assert "ROLLOUT8_CANN_STANDIN" not in process_env(CONTAINER, "raylet")
         driver = latest_driver_log(work)
         assert "CANN is installed but its environment is not loaded in this process" in driver, driver[-3000:]
