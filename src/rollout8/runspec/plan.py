@@ -176,11 +176,13 @@ def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path |
 
 
 def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> Plan:
+    """Check, render and plan in memory, then write DIR's files, the plan last. A spec the plan cannot be made of
+    (a failed check, a missing artifact, a node path outside the deploy root) writes none of them (only check's
+    cache of a profile that passed): no plan is left behind, and an earlier one in DIR stays as it was."""
     spec = load_spec(spec_path)
     if check:
         refuse_check_errors(spec, spec_path, out / PROFILE_CHECK_CACHE)
     rendered = render(spec)
-    out.mkdir(parents=True, exist_ok=True)
     cache_file = out / CACHE_FILE
     cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
 
@@ -198,11 +200,12 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
                                kind="dir" if local.is_dir() else "file"))
         sums.update(_checksums(what, local, cache))
 
+    written: dict[Path, tuple[str, int]] = {}  # what goes into DIR once the whole plan is made
     if rendered.flashrl is not None:
         node_paths["flashrl"] = spec.node_path("flashrl")
         flashrl_text = dump_config(rendered.flashrl)
         flashrl_file = out / FLASHRL_FILE
-        _refresh(flashrl_file, flashrl_text)
+        written[flashrl_file] = (flashrl_text, 0o644)
         copies.append(Copy(what="flashrl", src=str(flashrl_file.resolve()), dest=node_paths["flashrl"], kind="file"))
         sums["flashrl"] = sha256_bytes(flashrl_text)
 
@@ -210,10 +213,16 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     node_paths["launch"] = f"{root}/{LAUNCH_FILE}"
     launch_file = out / LAUNCH_FILE
     launch = launch_text(rendered)
-    _refresh(launch_file, launch, mode=0o755)
+    written[launch_file] = (launch, 0o755)
     copies.append(Copy(what="launch", src=str(launch_file.resolve()), dest=node_paths["launch"], kind="file"))
     sums["launch"] = sha256_bytes(launch)
     steps = rendered.value("trainer.total_training_steps")
+    for copy in copies:  # the send tree mirrors the deploy root: every copy lands in it
+        try:
+            PurePosixPath(copy.dest).relative_to(root)
+        except ValueError:
+            raise SpecError(f"deploy.root {root}: {copy.what}'s node path {copy.dest} does not lie inside it; "
+                            "name a directory of its own for deploy.root") from None
 
     probe = [cli, "probe-job", "--plan", node_paths["plan"], "--nodes", str(spec.cluster.nnodes)]
     plan = Plan(
@@ -227,9 +236,13 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     )
     plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
     text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"
-    _refresh(out / PLAN_FILE, text)
-    arrival = arrivals(plan)
+
+    out.mkdir(parents=True, exist_ok=True)
+    for path, (content, mode) in written.items():
+        _refresh(path, content, mode=mode)
+    arrival = arrivals(plan)  # (stats the copies' sources: the FlashRL YAML and launch.sh just written too)
     write_send_tree(out / SEND_TREE, arrival)
     _refresh(out / ARRIVAL_FILE, json.dumps(arrival, indent=1, sort_keys=True) + "\n")
+    _refresh(out / PLAN_FILE, text)
     atomic_write(cache_file, json.dumps(cache, sort_keys=True))
     return plan
