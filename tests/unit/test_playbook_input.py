@@ -33,7 +33,10 @@ workers
 
 
 def play(tmp_path: Path, *args: str, inventory: str | None = INVENTORY, group_vars: str = "",
-         path: str | None = None) -> tuple[int, str]:
+         host_vars: dict[str, str] | None = None, path: str | None = None,
+         playbook: str = "train.yml") -> tuple[int, str]:
+    """`playbook` against tmp_path/inventory/hosts.ini (written from `inventory` unless None), with group_vars/all.yml
+    and host_vars/<host>.yml as given."""
     inv = tmp_path / "inventory" / "hosts.ini"
     if inventory is not None:
         inv.parent.mkdir(parents=True, exist_ok=True)
@@ -41,10 +44,13 @@ def play(tmp_path: Path, *args: str, inventory: str | None = INVENTORY, group_va
         if group_vars:
             (inv.parent / "group_vars").mkdir(exist_ok=True)
             (inv.parent / "group_vars" / "all.yml").write_text(group_vars)
+    for host, text in (host_vars or {}).items():
+        (inv.parent / "host_vars").mkdir(exist_ok=True)
+        (inv.parent / "host_vars" / f"{host}.yml").write_text(text)
     env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"), ANSIBLE_NOCOLOR="1")
     if path is not None:
         env["PATH"] = path
-    proc = subprocess.run([str(PLAYBOOK), "-i", str(inv), "train.yml", "-e", f"rollout8_run_spec={tmp_path}/run.yaml",
+    proc = subprocess.run([str(PLAYBOOK), "-i", str(inv), playbook, "-e", f"rollout8_run_spec={tmp_path}/run.yaml",
                            "-e", f"rollout8_work_dir={tmp_path}/work", *args], cwd=ANSIBLE, env=env,
                           capture_output=True, text=True, timeout=300)
     out = " ".join((proc.stdout + proc.stderr).split())
@@ -100,6 +106,110 @@ def test_knob_of_the_wrong_type_or_value_is_refused_naming_it(tmp_path, extra, e
 def test_wrong_value_in_group_vars_is_refused_too(tmp_path):
     rc, out = play(tmp_path, group_vars="rollout8_ray_num_cpus: -2\n")
     assert_refused_before_any_node(rc, out, "rollout8_ray_num_cpus=-2 is out of range (0 or more)", FIX)
+
+
+# ------------------------------------------------------------------------- every host, and the hosts together
+# (every check reads every host's variables on the controller; each refusal names the hosts it concerns, none when
+# it concerns them all)
+def test_wrong_type_on_one_worker_is_refused_naming_that_worker(tmp_path):
+    rc, out = play(tmp_path, host_vars={"node-b": "rollout8_ray_port: abc\n"})
+    assert_refused_before_any_node(rc, out, 'node-b: rollout8_ray_port="abc" is not an integer', FIX)
+    assert "node-a:" not in out and "node-c:" not in out, out[-3000:]
+
+
+def test_typo_of_a_knob_on_one_worker_is_refused_naming_host_variable_and_the_knob(tmp_path):
+    rc, out = play(tmp_path, host_vars={"node-c": "rollout8_ray_prot: 6380\n"})
+    assert_refused_before_any_node(
+        rc, out, "node-c: rollout8_ray_prot is not a rollout8 knob (did you mean rollout8_ray_port?): rename or "
+        "remove it where it is set (group_vars, host_vars or -e) and run again. Nothing was changed.")
+
+
+def test_computed_value_or_a_name_like_no_knob_is_refused(tmp_path):
+    rc, out = play(tmp_path, "-e", "rollout8_zzz=1", group_vars="rollout8_head_ip: 10.0.0.1\n",
+                   host_vars={"node-a": "rollout8_node_ip: 10.0.0.1\n"})
+    assert_refused_before_any_node(
+        rc, out, "rollout8_head_ip is not a knob: the roles compute it (roles/rollout8_defaults/vars/main.yml)",
+        "node-a: rollout8_node_ip is not a knob: the roles compute it (playbooks/boilerplate.yml",
+        "rollout8_zzz is not a rollout8 knob (none is close; the knobs: roles/*/defaults/main.yml)")
+    assert "node-b: rollout8_head_ip" not in out, "a group_vars/all value names every host"
+
+
+@pytest.mark.parametrize("playbook", ["train.yml", "reset.yml"])
+def test_inventory_without_the_cluster_group_is_refused_in_one_line(tmp_path, playbook):
+    """Every play targets `cluster` (or its head): without the group they all matched no host and the run went on
+    to fail on an undefined variable (train.yml) or ended ok having done nothing (reset.yml)."""
+    rc, out = play(tmp_path, "-e", "rollout8_reset_confirmed=true", playbook=playbook,
+                   inventory=INVENTORY.split("[cluster:children]")[0])
+    assert_refused_before_any_node(
+        rc, out, "The inventory has no [cluster] group: it must hold the head and the workers, no other host "
+        "([cluster:children] head, workers; see inventory/sample/hosts.ini). Nothing was changed.")
+    assert "undefined" not in out and "TASK [reset" not in out, out[-3000:]
+
+
+CLUSTER_FIX = ": fix it where it is set (group_vars, host_vars or -e) and run again. Nothing was changed."
+
+
+def test_hosts_that_collide_are_refused_naming_them(tmp_path):
+    """One node listed twice (same ansible_host and port), one cluster address given to two nodes, the dashboard
+    on the Ray port, two NICs in one: all in one line. Two nodes behind one address on different ssh ports are
+    not one machine."""
+    inventory = INVENTORY.replace("node-c ansible_host=127.0.0.12", "node-c ansible_host=127.0.0.11").replace(
+        "[cluster:children]", "node-d ansible_host=127.0.0.11 ansible_port=10\n[cluster:children]")
+    rc, out = play(tmp_path, inventory=inventory, group_vars="rollout8_ray_dashboard_port: 6379\n",
+                   host_vars={"node-a": "rollout8_node_address: 10.9.9.9\n",
+                              "node-d": "rollout8_node_address: 10.9.9.9\nrollout8_cluster_nic: eth0,eth1\n"})
+    assert_refused_before_any_node(
+        rc, out, "rollout8_ray_dashboard_port=6379 is rollout8_ray_port too (each Ray port needs its own number)",
+        'node-d: rollout8_cluster_nic="eth0,eth1" is not one interface name',
+        "node-a and node-d have the same rollout8_node_address 10.9.9.9 (each node needs its own)",
+        "node-b and node-c are one machine (ansible_host 127.0.0.11 port 9; list each node once)" + CLUSTER_FIX)
+    assert "node-d are one machine" not in out and "node-d: rollout8_ray_dashboard_port" not in out, out[-3000:]
+
+
+def test_ports_and_nic_names_are_refused_host_by_host(tmp_path):
+    rc, out = play(tmp_path, host_vars={"node-a": "rollout8_cluster_nic: eth0 eth1\n",
+                                        "node-b": "rollout8_ray_port: 10001\nrollout8_cluster_nic: enp189s0f0np0x12\n",
+                                        "node-c": "rollout8_cluster_nic: bond0.100\n"})
+    assert_refused_before_any_node(
+        rc, out, 'node-a: rollout8_cluster_nic="eth0 eth1" is not one interface name (one NIC, as `ip -br link` names '
+        'it before any "@": up to 15 letters, digits, ".", "_", "-")',
+        "node-b: rollout8_ray_port=10001 is Ray", "client server port (on the head)",
+        'node-b: rollout8_cluster_nic="enp189s0f0np0x12" is not one interface name',  # 16 characters: IFNAMSIZ
+        "rollout8_ray_port differs between hosts (6379 on node-a, node-c; 10001 on node-b; a worker joins the head "
+        "at its own value: set one for the cluster, in group_vars)" + CLUSTER_FIX)
+    assert "bond0.100" not in out, out[-3000:]
+
+
+def test_the_sample_inventory_passes_and_a_typo_on_one_of_its_workers_does_not(tmp_path):
+    """inventory/sample copied as the README says (its addresses made loopback hosts nothing answers on): every
+    host check passes (the run stops at the missing run spec); a typo'd knob in one worker's host_vars is refused."""
+    import shutil
+
+    shutil.copytree(ANSIBLE / "inventory" / "sample", tmp_path / "inventory")
+    hosts = tmp_path / "inventory" / "hosts.ini"
+    hosts.write_text(hosts.read_text().replace("ansible_host=10.0.0.1", "ansible_port=9 ansible_host=127.0.0.1"))
+    missing_spec = f"rollout8_run_spec={tmp_path}/run.yaml does not exist on the controller"
+    rc, out = play(tmp_path, inventory=None)
+    assert_refused_before_any_node(rc, out, missing_spec)
+    rc, out = play(tmp_path, inventory=None, host_vars={"node3": "rollout8_preflight_min_shm: 8\n"})
+    assert_refused_before_any_node(rc, out, "node3: rollout8_preflight_min_shm is not a rollout8 knob "
+                                   "(did you mean rollout8_preflight_min_shm_gb?)")
+    assert missing_spec not in out
+
+
+def test_the_simulated_cluster_inventory_passes_the_host_checks(tmp_path):
+    """virtual/inventory as `make demo` runs it (the -e values of virtual/sim_nodes.py); a bad -e value names no
+    host (it is every host's)."""
+    import shutil
+
+    shutil.copytree(REPO / "virtual" / "inventory", tmp_path / "inventory")
+    sim = ("-e", f"rollout8_bundle_wheel={tmp_path}/x.whl", "-e", "rollout8_job_kind=verl",
+           "-e", "rollout8_verify_follow=true")
+    rc, out = play(tmp_path, *sim, inventory=None)
+    assert_refused_before_any_node(rc, out, f"rollout8_run_spec={tmp_path}/run.yaml does not exist on the controller")
+    rc, out = play(tmp_path, *sim, "-e", "rollout8_cluster_nic=eth0,eth1", inventory=None)
+    assert_refused_before_any_node(rc, out, 'rollout8_cluster_nic="eth0,eth1" is not one interface name')
+    assert "rollout8-sim-w2: rollout8_cluster_nic" not in out, out[-3000:]
 
 
 def test_controller_without_rsync_is_refused_before_any_node(tmp_path):
