@@ -76,7 +76,8 @@ def _plan(plan_dir: Path, tree: dict[str, Path]) -> float:
     write_send_tree(plan_dir / "send", arrival)
     (plan_dir / "arrival.json").write_text(json.dumps(arrival, indent=1))
     (plan_dir / "rollout8-plan.json").write_text(json.dumps(
-        {"deploy_root": DEPLOY_ROOT, "node_paths": {"plan": f"{DEPLOY_ROOT}/rollout8-plan.json"}}, indent=1) + "\n")
+        {"name": "bench-dist", "deploy_root": DEPLOY_ROOT, "node_paths": {"plan": f"{DEPLOY_ROOT}/rollout8-plan.json"}},
+        indent=1) + "\n")
     return seconds
 
 
