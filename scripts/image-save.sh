@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Write IMAGE as the tarball the image role loads on air-gapped nodes (`make image-save`):
 #   scripts/image-save.sh IMAGE OUT [ENGINE]     OUT ending .tar.gz: gzip -1; .tar: as saved
-# prints the image id and the tarball's sha256 (for the inventory: rollout8_image_id, rollout8_image_tarball_sha256);
+# prints the image id (for the inventory: rollout8_image_id) and the tarball's sha256 (for `sha256sum -c`);
 # beside it OUT.sha256 (for `sha256sum -c`) and OUT.json: the image's reference, id and architecture, which the
 # image role reads on the controller to refuse an image of another architecture before copying GBs to any node.
 # Written to .part files and renamed, so a killed run leaves no tarball that looks complete.
@@ -30,7 +30,8 @@ mv "$out.part" "$out"
 mv "$out.json.part" "$out.json"
 (cd "$(dirname "$out")" && sha256sum "$(basename "$out")" >"$(basename "$out").sha256")
 echo ">> $out: $meta" >&2
-# The two values the inventory takes (ansible/inventory/sample/group_vars/all/runtime.yml says where), on stdout.
+# The image id for the inventory and the tarball's sha256 (ansible/inventory/sample/group_vars/all/runtime.yml says
+# where each goes), on stdout.
 id=$("$engine" image inspect -f '{{.Id}}' "$image")
 [[ $id == sha256:* ]] || id=sha256:$id
 echo "image id: $id"
