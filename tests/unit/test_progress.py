@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from rollout8.cli import main
+from rollout8.errors import Rollout8Error
 from rollout8.results.progress import progress_line, read_progress
 
 PREFIX = "\x1b[36m(TaskRunner pid=4242)\x1b[0m "
@@ -54,7 +59,58 @@ def test_failed_job_names_the_cause_and_the_addresses_in_it(tmp_path):
 def test_no_step_yet_and_no_log(tmp_path):
     assert progress_line("J", "RUNNING", read_progress(write(tmp_path / "driver.log", "loading\n"), 4)) == \
         "job J RUNNING: no training step logged yet"
-    assert read_progress(tmp_path / "absent.log").trained == []
+    with pytest.raises(Rollout8Error, match="absent.log: no such file or directory"):
+        read_progress(tmp_path / "absent.log")
+
+
+def progress_error(capsys, *argv: str) -> str:
+    """`rollout8 progress ARGV`: it must fail, with one error line and nothing on stdout."""
+    assert main(["progress", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    return captured.err
+
+
+def test_a_directory_without_a_driver_log_is_named_not_read_as_no_step_yet(tmp_path, capsys):
+    """Issue 30: a job directory holding no driver.log (the node logs only, say) is no "no step yet": the answer
+    names the directory and the file it looked for; with Ray's own driver logs there, it names them."""
+    job = tmp_path / "rollout8-x-verl-20261201000000"
+    (job / "node-a" / "logs").mkdir(parents=True)
+    err = progress_error(capsys, str(job), "--json", "--state", "RUNNING")
+    assert err == (f"rollout8 progress: error: {job}: no driver log: looked for {job / 'driver.log'}, which does not "
+                   "exist; the verify play keeps it there (ansible-playbook train.yml --tags verify), or pass the "
+                   "driver log file itself\n")
+    session = tmp_path / "session_2026-12-01_09-00-00_000000_1"
+    (session / "logs").mkdir(parents=True)
+    write(session / "logs" / "job-driver-raysubmit_A.log", step_line(1, 0.25, 3.9))
+    err = progress_error(capsys, str(session))
+    assert f"looked for {session / 'driver.log'}, which does not exist; Ray's own driver logs are here, pass one " \
+           f"of them: {session / 'logs' / 'job-driver-raysubmit_A.log'}" in err
+    assert main(["progress", str(session / "logs" / "job-driver-raysubmit_A.log")]) == 0
+    assert "step 1" in capsys.readouterr().out
+
+
+def test_symlink_loops_and_fifos_are_one_line_answers(tmp_path, capsys):
+    """A driver.log that is a symbolic link loop, a job path that is one, a dangling link, a FIFO (opening one
+    would wait for a writer forever): one line each, no hang, no traceback."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "driver.log").symlink_to("driver.log")
+    assert "no readable driver log: " in progress_error(capsys, str(job))
+    assert "symbolic link loop" in progress_error(capsys, str(job / "driver.log"))
+    (tmp_path / "loop").symlink_to("loop")
+    assert f"{tmp_path / 'loop'}: a symbolic link loop" in progress_error(capsys, str(tmp_path / "loop"))
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    assert f"a symbolic link to {tmp_path / 'nowhere'}, which does not exist" in progress_error(
+        capsys, str(tmp_path / "gone"))
+    fifo = tmp_path / "fifo-job"
+    fifo.mkdir()
+    os.mkfifo(fifo / "driver.log")
+    cli = Path(sys.executable).with_name("rollout8")
+    proc = subprocess.run([str(cli), "progress", str(fifo)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"rollout8 progress: error: {fifo / 'driver.log'}: not a regular file (a directory, a "
+                           "FIFO or a device): no driver log to read\n")
 
 
 def test_cli_json_carries_the_line(tmp_path):

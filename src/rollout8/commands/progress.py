@@ -6,8 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import Rollout8Error
-from ..results.progress import progress_line, read_progress
+from ..results.progress import find_driver_log, progress_line, read_progress
 from . import count
 
 
@@ -20,9 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.directory)
-    if not path.exists():
-        raise Rollout8Error(f"{path}: no such file or directory")
-    driver = path / "driver.log" if path.is_dir() else path
+    driver = find_driver_log(path)  # one line saying what is missing, never "no step yet" for no log
     progress = read_progress(driver, args.steps)
     job = path.name if path.is_dir() else path.parent.name
     if args.json:

@@ -4,15 +4,22 @@ verl's console logger prints one `step:N - key:value - ...` line per training st
 and the validation before training at step 0, or at the resumed step when the trainer resumed from a checkpoint
 (`trainer.resume_mode`). A training step is a line carrying `timing_s/step`; the steps this job trained are those.
 When the job failed, the cause is the driver's last error line, and the node addresses it names.
+
+A driver log that is not there is said to be missing, never read as "no step yet": `find_driver_log` names the
+directory and the file it looked for (or the link that loops, the FIFO that is no file).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .verl_logs import RunLog, read_console
+from ..errors import Rollout8Error
+from .verl_logs import RunLog, path_problem, read_console
+
+DRIVER_LOG = "driver.log"  # what the verify play keeps of a job: <work>/logs/<job id>/driver.log
 
 STEP_TIME = "timing_s/step"
 REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean", "reward/mean")
@@ -44,17 +51,65 @@ class Progress:
                 "cause": self.cause, "ips": self.ips}
 
 
+def _ray_driver_logs(directory: Path) -> list[str]:
+    """Ray's own driver logs (job-driver-<submission>.log) in a session's logs directory, or its logs/ below."""
+    found = []
+    for where in (directory, directory / "logs"):
+        try:
+            with os.scandir(where) as entries:
+                found += sorted(str(Path(where) / e.name) for e in entries
+                                if e.name.startswith("job-driver-") and e.name.endswith(".log"))
+        except OSError:
+            continue
+    return found
+
+
+def find_driver_log(path: Path) -> Path:
+    """The driver log `path` stands for: the file itself, or a job directory's driver.log. Raises one line saying
+    what is missing (the directory and the file looked for), or why it cannot be read: a symbolic link that loops
+    or dangles, a directory, a FIFO (opening one would wait forever)."""
+    problem = path_problem(path)
+    if problem:
+        raise Rollout8Error(problem)
+    driver = path / DRIVER_LOG if path.is_dir() else path
+    if driver is not path:
+        if not os.path.lexists(driver):
+            ray_logs = _ray_driver_logs(path)
+            hint = (f"; Ray's own driver logs are here, pass one of them: {', '.join(ray_logs[:3])}" if ray_logs
+                    else "; the verify play keeps it there (ansible-playbook train.yml --tags verify), or pass the "
+                         "driver log file itself")
+            raise Rollout8Error(f"{path}: no driver log: looked for {driver}, which does not exist{hint}")
+        problem = path_problem(driver)
+        if problem:
+            raise Rollout8Error(f"{path}: no readable driver log: {problem}")
+    if not driver.is_file():
+        raise Rollout8Error(f"{driver}: not a regular file (a directory, a FIFO or a device): no driver log to read")
+    return driver
+
+
 def read_progress(driver_log: Path, total: int | None = None) -> Progress:
+    """The progress a driver log shows; a driver log that cannot be read raises (see find_driver_log)."""
+    driver_log = find_driver_log(Path(driver_log))
     run = RunLog(label="job", path=driver_log)
     progress = Progress(total=total)
-    if not driver_log.is_file():
-        return progress
-    read_console(run, driver_log)
+    try:
+        read_console(run, driver_log)
+        errors = _read_errors(driver_log, progress)
+    except OSError as exc:
+        raise Rollout8Error(f"{driver_log}: cannot read ({exc.strerror or exc})") from exc
     progress.trained = sorted(s for s, m in run.steps.items() if STEP_TIME in m and s > 0)
     if progress.trained:
         last = run.steps[progress.trained[-1]]
         progress.step_time_s = last.get(STEP_TIME)
         progress.reward = next((last[k] for k in REWARD_KEYS if k in last), None)
+    if errors:
+        progress.cause = errors[-1][:400]
+        progress.ips = sorted({ip for line in errors for ip in _IP.findall(line)})
+    return progress
+
+
+def _read_errors(driver_log: Path, progress: Progress) -> list[str]:
+    """The driver's error lines; the resume step and checkpoint folder go to `progress` on the way."""
     errors: list[str] = []
     with open(driver_log, encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -64,10 +119,7 @@ def read_progress(driver_log: Path, total: int | None = None) -> Progress:
                 progress.checkpoint = m.group(1)
             if _ERROR.search(line) and "step:" not in line:
                 errors.append(line.strip())
-    if errors:
-        progress.cause = errors[-1][:400]
-        progress.ips = sorted({ip for line in errors for ip in _IP.findall(line)})
-    return progress
+    return errors
 
 
 def progress_line(job: str, state: str, p: Progress) -> str:

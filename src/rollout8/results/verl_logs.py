@@ -16,6 +16,7 @@ run logs some steps again: for each (step, key) the value read last wins, and th
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -253,8 +254,25 @@ def mode_from_config(path: Path) -> tuple[str, str] | None:
     return None
 
 
-def _is_driver_log(path: Path) -> bool:
+def is_driver_log(path: Path) -> bool:
+    """A job's driver log: the verify play's <job>/driver.log, or Ray's session_*/logs/job-driver-<id>.log."""
     return path.name == "driver.log" or (path.name.startswith("job-driver-") and path.suffix == ".log")
+
+
+def path_problem(path: Path) -> str | None:
+    """One line saying why `path` cannot be opened (a missing file, a symbolic link that loops or points at
+    nothing, a directory one cannot enter), or None when it is there. Never follows a loop: one stat call."""
+    try:
+        os.stat(path)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{path}: a symbolic link loop (the link leads back to itself): nothing to read there"
+        if os.path.islink(path):
+            return f"{path}: a symbolic link to {os.readlink(path)}, which does not exist"
+        if exc.errno == errno.ENOENT:
+            return f"{path}: no such file or directory"
+        return f"{path}: {exc.strerror or exc}"
 
 
 def _is_ray_worker_log(path: Path) -> bool:
@@ -278,7 +296,7 @@ def load_run(path: Path, label: str | None = None) -> RunLog:
     candidates.sort(key=lambda p: (p.stat().st_mtime, str(p)))
     # Collected Ray session logs hold every job since `ray start` (an earlier run, the probe job...); the job's
     # driver log holds only this job's TaskRunner output. If there is one, metrics come from it, not the workers.
-    drivers = [f for f in candidates if _is_driver_log(f) and _has_console_metrics(f)]
+    drivers = [f for f in candidates if is_driver_log(f) and _has_console_metrics(f)]
     skipped_workers = 0
     modes: list[tuple[str, str]] = []
     for file in candidates:
