@@ -1,10 +1,17 @@
-"""`rollout8 logs DIR [--json]`: did int8 really run? A verdict per rollout rank from Ray/verl/FlashRL logs.
+"""`rollout8 logs DIR [--json] [--job JOB]`: did int8 really run? A verdict per rollout worker of one job.
 
-Reads every file under DIR: Ray's per-worker files (session_*/logs/worker-<id>-<job>-<pid>.out/.err, one
-process each, keyed by pid), the driver's output where Ray forwards worker lines with a
-`(WorkerDict pid=N, ip=A)` prefix (and collapses repeats into `[repeated Nx across cluster]`), and plain
-per-process files. FlashRL logs with `%(asctime)s - %(name)s - %(levelname)s - %(message)s`; the run must use
-FLASHRL_LOGGING_LEVEL=DEBUG (render sets it) for the load_weights and per-sync lines to be there.
+One job is judged (rollout8.results.ray_jobs says what a job is in Ray's logs): the newest in DIR, or the one
+`--job` names; the others are ignored, and said to be.
+
+Every rollout worker the judged job started must show FlashRL's patch: a WorkerDict process (verl's fused
+actor/rollout worker) without FlashRL's config and load_weights patch lines is named and fails the verdict, and so
+does a job whose driver log ends in a Python traceback (it crashed), or that started no rollout worker at all.
+
+Files read: Ray's per-worker files (one process each, keyed by pid), the job's driver log where Ray forwards worker
+lines with a `(WorkerDict pid=N, ip=A)` prefix (and collapses lines that differ only in numbers into `[repeated Nx
+across cluster]`: a driver log alone cannot show every worker's patch line), and plain per-process files. FlashRL
+logs with `%(asctime)s - %(name)s - %(levelname)s - %(message)s`; the run must use FLASHRL_LOGGING_LEVEL=DEBUG
+(render sets it) for the load_weights and per-sync lines to be there.
 
 The messages are FlashRL 1.0.3's own (flash_rl/__init__.py, flash_rl/vllm_patch.py,
 flash_rl/flash_quantization.py):
@@ -14,8 +21,8 @@ flash_rl/flash_quantization.py):
   bad: "Skipping the patching of vllm" (FLASHRL_CONFIG unset or vLLM missing at import),
        "flash_rl config not detected.", "Torch not compiled with CUDA enabled",
        "quantization is currently not supported in npu", "Error patching vllm LLM"
-Exit 0 only if at least one rollout rank was found and every rollout rank runs FlashRL as configured
-(int8 patched, or a bf16 entry of a hybrid config) with at least one int8 rank.
+Exit 0 only if the judged job did not crash, at least one of its own rollout workers was found, and every rollout
+worker runs FlashRL as configured (int8 patched, or a bf16 entry of a hybrid config) with at least one int8 rank.
 """
 
 from __future__ import annotations
@@ -24,15 +31,22 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import Rollout8Error
+from .ray_jobs import (
+    ACTOR_MARKER,
+    ANSI,
+    RAY_PREFIX,
+    RayFile,
+    choose,
+    classify,
+    find_jobs,
+    read_lines,
+    run_of,
+    select,
+    walk,
+)
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-RAY_PREFIX = re.compile(r"^\((?P<actor>[A-Za-z_][\w.:-]*)?\s*pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[0-9A-Fa-f.:]+))?\)\s?")
 REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
-WORKER_FILE = re.compile(r"^(?:python-core-)?worker-[0-9a-f]+-(?:[0-9a-f]+|ffffffff)-(?P<pid>\d+)\.(?:out|err|log)$")
-SESSION_DIR = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 COMPRESSED = (".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
-ACTOR_MARKER = re.compile(r"^:actor_name:(?P<actor>\S+)")
 
 RANK_CONFIG = re.compile(r"rank (?P<rank>\d+) flash_rl config: (?P<key>[\w]+): (?P<value>.*)$")
 USING_CONFIG = re.compile(r"Using config (?P<index>\d+) of (?P<count>\d+)")
@@ -76,13 +90,17 @@ class Process:
     vllm_patched: bool = False
     syncs: int = 0
     errors: list[str] = field(default_factory=list)
+    job: str | None = None  # the Ray job id of its worker file, or of the driver log that forwarded its lines
+    owned: bool = True  # read from the judged job's own files (a shared plain file's processes can only fail it)
+    forwarded: bool = False  # seen only through a driver log's `(Actor pid=N)` lines
 
     @property
     def is_rollout(self) -> bool:
+        """A process of the job's rollout: every WorkerDict (verl's rollout worker) and async rollout server, and
+        any process that logged FlashRL's rollout lines."""
         flashrl_seen = (self.rank is not None or self.detected or self.not_detected or self.load_weights_patched
                         or self.load_weights_skipped)
-        return (flashrl_seen or self.actor in ASYNC_SERVERS
-                or (self.actor in ROLLOUT_ACTORS and (self.skipped or bool(self.errors))))
+        return flashrl_seen or self.actor in ASYNC_SERVERS or self.actor in ROLLOUT_ACTORS
 
     @property
     def status(self) -> str:
@@ -96,7 +114,9 @@ class Process:
             return "bf16"
         if self.detected and self.load_weights_patched:
             return "patched"
-        return "incomplete"
+        if self.detected or self.rank is not None:
+            return "incomplete"
+        return "unconfirmed"  # a rollout worker without FlashRL's config line or its patch line
 
     @property
     def reason(self) -> str:
@@ -113,6 +133,16 @@ class Process:
         if status == "incomplete":
             return ("config detected but no 'patched the load_weights' line: the engine failed to start, the logs "
                     "are cut short, or FLASHRL_LOGGING_LEVEL was not DEBUG (that line is a DEBUG line)")
+        if status == "unconfirmed" and self.forwarded:
+            return ("no FlashRL config or patch line of its own in this driver log: Ray folds identical lines of "
+                    "several workers into '[repeated Nx across cluster]', so a driver log cannot show that every "
+                    "worker patched vLLM; judge the workers' own logs (every node's session_*/logs/worker-*), or "
+                    "run with RAY_DEDUP_LOGS=0")
+        if status == "unconfirmed":
+            return ("a rollout worker of this job that never logged FlashRL's config or its 'Successfully patched "
+                    "the load_weights function of vllm' line: FlashRL did not hook its vLLM engine (flash_rl not "
+                    "imported there, or the engine never built: a crash first), its log is cut short, or "
+                    "FLASHRL_LOGGING_LEVEL was not DEBUG")
         if status == "bf16":
             return "bf16 entry of the FlashRL config (hybrid): rollouts in bf16 by design"
         return f"int8 patch active ({self.fn}), {self.syncs} quantized weight sync(s)"
@@ -166,9 +196,14 @@ class Scan:
     processes: dict[tuple, Process] = field(default_factory=dict)
     unattributed_syncs: int = 0
     files: int = 0
-    runs: list[str] = field(default_factory=list)  # every run found (session or collected job dir), oldest first
-    judged: str | None = None  # the one judged, when there were several
+    jobs: list[str] = field(default_factory=list)  # every job found, oldest first
+    judged: str | None = None  # the job judged (None: no Ray job id in these logs, every file read as one run)
+    chosen_by: str = ""  # "newest", "only", or "--job"
+    ignored: list[str] = field(default_factory=list)  # the other jobs, not read
+    notes: list[str] = field(default_factory=list)
+    crash: dict | None = None  # {"file": ..., "cause": ...}: the judged job's driver died with a traceback
     compressed: list[str] = field(default_factory=list)  # files that could not be read as text
+    unreadable: list[str] = field(default_factory=list)  # directories that could not be listed
 
     def get(self, key: tuple, **init) -> Process:
         if key not in self.processes:
@@ -176,48 +211,10 @@ class Scan:
         return self.processes[key]
 
 
-def _run_of(path: Path, top: Path) -> str:
-    """The run a file belongs to, when `top` holds several side by side: its first directory below top, if that
-    is a Ray session (session_*, as in Ray's temp dir) or a job's collected logs (holding driver.log: the verify
-    play's logs/<job>/); "" otherwise. Below that level nothing is split: one run's nodes have sessions of their
-    own names, and one submission holds several Ray job ids (its supervisor's, its driver's)."""
-    try:
-        first = path.relative_to(top).parts[0]
-    except (ValueError, IndexError):
-        return ""
-    if first == path.name or first == "session_latest":
-        return ""
-    if SESSION_DIR.match(first) or (top / first / "driver.log").is_file():
-        return first
-    return ""
-
-
-def _pick_run(files: list[Path], top: Path, run: str | None, result: Scan) -> list[Path]:
-    """Keep the files of one run: the newest (a later session, else the latest written), or the one `run` names
-    (its directory name). Files outside any run (plain logs beside them) stay."""
-    run_of = {path: _run_of(path, top) for path in files}
-    runs: dict[str, float] = {}
-    for path, key in run_of.items():
-        if key and WORKER_FILE.match(path.name):
-            runs[key] = max(runs.get(key, 0.0), path.stat().st_mtime)
-    ordered = sorted(runs, key=lambda k: (k if SESSION_DIR.match(k) else "", runs[k]))
-    result.runs = ordered
-    if run is not None:
-        chosen = [k for k in ordered if run == k or run in k]
-        if not chosen:
-            raise Rollout8Error(f"--job {run}: no such run in these logs (found: {', '.join(ordered) or 'none'})")
-        key = chosen[-1]
-    elif len(ordered) > 1:
-        key = ordered[-1]
-    else:
-        return files
-    result.judged = key
-    return [p for p in files if run_of[p] in (key, "")]
-
-
 def scan(directory: Path, job: str | None = None) -> Scan:
     result = Scan()
-    files = sorted(p for p in directory.rglob("*") if p.is_file()) if directory.is_dir() else [directory]
+    is_dir = directory.is_dir()
+    files = walk(directory, result.unreadable) if is_dir else [directory]
     readable = []
     for path in files:
         if path.name.endswith(COMPRESSED):
@@ -226,26 +223,52 @@ def scan(directory: Path, job: str | None = None) -> Scan:
                 result.compressed.append(str(path))
             continue
         readable.append(path)
-    files = _pick_run(readable, directory, job, result) if directory.is_dir() else readable
-    worker_files = [p for p in files if WORKER_FILE.match(p.name)]
-    worker_pids = set()
-    for path in worker_files:
-        pid = int(WORKER_FILE.match(path.name)["pid"])
-        worker_pids.add(pid)
-        proc = result.get(("worker", str(path.parent), pid), source=str(path.parent / f"worker-*-{pid}.*"), pid=pid)
+    infos = [classify(path, directory if is_dir else None) for path in readable]
+    jobs, run_drivers = find_jobs(infos, directory if is_dir else None, result.notes)
+    chosen, result.chosen_by = choose(jobs, job)
+    result.jobs = [j.name for j in jobs]
+    if chosen is not None:
+        result.judged = chosen.name
+        result.ignored = [j.name for j in jobs if j != chosen]
+    # another job's process forwarded in a driver log read here is that job's, not one to judge from the driver
+    worker_pids = {i.pid for i in infos if i.kind == "worker" and (chosen is None or i.run in (chosen.run, ""))}
+    infos = select(infos, chosen, run_drivers, result.notes)
+    if chosen is not None and is_dir:
+        # only what is missing from the judged run (or beside every run) keeps it from a verdict
+        runs = {chosen.run, ""}
+        result.compressed = [c for c in result.compressed if run_of(Path(c), directory) in runs]
+        result.unreadable = [u for u in result.unreadable if run_of(Path(u) / "x", directory) in runs]
+
+    def own(info: RayFile) -> bool:
+        if chosen is None:
+            return True
+        if info.kind == "worker":
+            return bool(info.job) and info.job == chosen.ray_job
+        return info.kind == "driver" and (info.job == chosen.ray_job and bool(chosen.ray_job)
+                                          or info is run_drivers.get(chosen.run))
+
+    for info in infos:
+        if info.kind != "worker":
+            continue
+        proc = result.get(("worker", str(info.path.parent), info.pid),
+                          source=str(info.path.parent / f"worker-*-{info.pid}.*"), pid=info.pid, job=info.job,
+                          owned=own(info))
         result.files += 1
-        for raw in _lines(path):
+        for raw in read_lines(info.path):
             line = ANSI.sub("", raw)
             marker = ACTOR_MARKER.match(line)
             if marker:
                 proc.actor = marker["actor"]
                 continue
             _apply(proc, line)
-    for path in files:
-        if path in worker_files:
+    for info in infos:
+        if info.kind == "worker":
             continue
+        path = info.path
         result.files += 1
-        for raw in _lines(path):
+        if info.kind == "driver" and info.crash and result.crash is None and own(info):
+            result.crash = info.crash
+        for raw in read_lines(path):
             line = ANSI.sub("", raw).rstrip("\n")
             prefix = RAY_PREFIX.match(line)
             if prefix:
@@ -260,27 +283,35 @@ def scan(directory: Path, job: str | None = None) -> Scan:
                         result.unattributed_syncs += int(repeated["n"])
                     continue
                 proc = result.get(("ray", prefix["ip"] or "", pid, prefix["actor"]), source=str(path), pid=pid,
-                                  ip=prefix["ip"], actor=(prefix["actor"] or "").split(".")[0] or None)
+                                  ip=prefix["ip"], actor=(prefix["actor"] or "").split(".")[0] or None,
+                                  job=info.job, owned=own(info), forwarded=True)
                 _apply(proc, rest)
             else:
-                _apply(result.get(("file", str(path)), source=str(path)), line)
+                _apply(result.get(("file", str(path)), source=str(path), owned=own(info)), line)
+    # A crash in a driver log read along (one that links to no job: maybe the judged job's, dead before its
+    # workers started) fails the verdict too.
+    if result.crash is None:
+        result.crash = next((i.crash for i in infos if i.kind == "driver" and i.crash), None)
     return result
 
 
-def _lines(path: Path):
-    try:
-        with open(path, errors="replace") as fh:
-            yield from fh
-    except OSError as exc:
-        raise Rollout8Error(f"{path}: cannot read ({exc})") from exc
+def who(p: dict) -> str:
+    """A rollout process as the user finds it: `rank 1 (pid 1458 on 10.0.0.2)`, `pid 1682`, or its file."""
+    rank = f"rank {p['rank']} " if p.get("rank") is not None else ""
+    if p.get("pid"):
+        return f"{rank}(pid {p['pid']}" + (f" on {p['ip']}" if p.get("ip") else "") + ")"
+    return f"{rank}({p['source']})"
 
 
 def verdict(result: Scan) -> dict:
     rollout = [p for p in result.processes.values() if p.is_rollout]
     rollout.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.source, p.pid or 0))
     statuses = [p.status for p in rollout]
-    ok = bool(rollout) and all(s in OK_STATUSES for s in statuses) and "patched" in statuses \
-        and not result.compressed
+    # Green needs one int8-patched worker of the judged job itself: processes of files read along (plain files
+    # beside the runs, a driver log that forwards none of its processes) can only fail it.
+    own_patched = any(p.status == "patched" and p.owned for p in rollout)
+    ok = bool(rollout) and all(s in OK_STATUSES for s in statuses) and own_patched \
+        and not result.compressed and not result.unreadable and result.crash is None
     ranks = [p.to_dict() for p in rollout]
     by_rank: dict[int, list[int]] = {}
     for p in rollout:
@@ -288,9 +319,14 @@ def verdict(result: Scan) -> dict:
             by_rank.setdefault(p.rank, []).append(p.pid or 0)
     return {
         "ok": ok,
-        "runs": result.runs,
         "judged": result.judged,
+        "chosen_by": result.chosen_by,
+        "jobs": result.jobs,
+        "ignored": result.ignored,
+        "crash": result.crash,
+        "notes": result.notes,
         "compressed": result.compressed,
+        "unreadable": result.unreadable,
         "duplicate_ranks": {rank: pids for rank, pids in sorted(by_rank.items()) if len(pids) > 1},
         "files": result.files,
         "rollout_ranks": len(rollout),
@@ -299,6 +335,7 @@ def verdict(result: Scan) -> dict:
         "no_config": sum(s == "no-config" for s in statuses),
         "errors": sum(s == "error" for s in statuses),
         "incomplete": sum(s == "incomplete" for s in statuses),
+        "unconfirmed": sum(s == "unconfirmed" for s in statuses),
         "async": sum(s == "async" for s in statuses),
         "quantized_syncs": sum(p.syncs for p in rollout) + result.unattributed_syncs,
         "unattributed_syncs": result.unattributed_syncs,
