@@ -30,7 +30,7 @@ from .errors import LockError
 from .fileutil import atomic_write, sha256_file, sha256_json
 from .models import FrozenModel
 from .paths import lock_path
-from .yamlio import load_yaml, read_yaml
+from .yamlio import load_yaml, read_text, read_yaml
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -337,7 +337,7 @@ def readme_block(text: str, path: Path | str = "README.md") -> str:
 
 def update_readme(lock: Lock, path: Path) -> bool:
     """Rewrite the version table between the markers; True if the file changed."""
-    text = path.read_text()
+    text = read_text(path, what="README", error=LockError)
     readme_block(text, path)  # validates the markers
     begin = text.find(README_BEGIN) + len(README_BEGIN)
     end = text.find(README_END)
@@ -352,7 +352,7 @@ def set_base_digest(path: Path, digest: str) -> None:
     """Write base_image.digest into the lock file in place (its comments and layout kept)."""
     if not DIGEST_RE.match(digest):
         raise LockError(f"{digest!r}: a digest is 'sha256:' and 64 lowercase hex digits")
-    text = path.read_text()
+    text = read_text(path, what="version lock", error=LockError)
     new, count = re.subn(r'^(base_image:\n(?:[ \t]+#.*\n|[ \t]+name:.*\n)*[ \t]+digest:[ \t]*)"[^"\n]*"',
                          lambda m: f'{m.group(1)}"{digest}"', text, count=1, flags=re.MULTILINE)
     if count != 1:

@@ -21,6 +21,7 @@ from pathlib import Path
 from .errors import LockError
 from .fileutil import sha256_json
 from .lock import ARCHES, INSTALLER_KINDS, Lock, normalize
+from .yamlio import read_text
 
 PLATFORMS = {"aarch64": "aarch64-manylinux_2_35", "x86_64": "x86_64-manylinux_2_35"}  # Ubuntu 22.04: glibc 2.35
 
@@ -52,6 +53,11 @@ REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
 
 
+def _text(path: Path) -> str:
+    """A file of the hashed Python lock: UTF-8, or a LockError naming it (never a bare UnicodeDecodeError)."""
+    return read_text(path, what="Python lock file", error=LockError)
+
+
 def requirements_dir(lock_file: Path) -> Path:
     return lock_file.resolve().parent / "docker" / "requirements"
 
@@ -73,7 +79,7 @@ def chain(name: str) -> list[Layer]:
 
 def layer_input(lock: Lock, folder: Path, name: str) -> str:
     """The layer's requirement lines: its .in file, plus (layer verl) the lock's unpinned_deps."""
-    text = (folder / f"{name}.in").read_text()
+    text = _text(folder / f"{name}.in")
     if name == "verl":
         text += "".join(f"{req}\n" for owner in sorted(lock.unpinned_deps) for req in lock.unpinned_deps[owner])
     return text
@@ -96,7 +102,7 @@ def pins_for(lock: Lock, folder: Path, name: str) -> dict[str, str]:
 
 
 def resolve_as(folder: Path) -> str:
-    return (folder / "resolve-as.txt").read_text()
+    return _text(folder / "resolve-as.txt")
 
 
 def inputs_digest(lock: Lock, folder: Path, name: str, arch: str) -> str:
@@ -122,7 +128,7 @@ class Entry:
 
 def parse_layer(path: Path) -> list[Entry]:
     """name==version entries of a layer file with their --hash values (continuation lines joined)."""
-    text = path.read_text().replace("\\\n", " ")
+    text = _text(path).replace("\\\n", " ")
     out = []
     for line in text.splitlines():
         if line.lstrip().startswith("#") or not line.strip():
@@ -136,7 +142,7 @@ def parse_layer(path: Path) -> list[Entry]:
 
 
 def recorded_digest(path: Path) -> str | None:
-    for line in path.read_text().splitlines():
+    for line in _text(path).splitlines():
         if line.startswith(HEADER_INPUTS):
             return line[len(HEADER_INPUTS):].strip()
     return None

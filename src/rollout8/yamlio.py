@@ -10,8 +10,10 @@ names the file and the line:
     spec.yaml:4: not valid YAML: expected ',' or ']', but got '<stream end>' (column 1)
 
 - `load_yaml(text, source=..., error=...)`: parse text; `source` is what the messages name (a path);
-- `read_yaml(path, what=..., error=..., max_bytes=None)`: read a file (bounded, UTF-8), then `load_yaml`. OSError
-  (missing, unreadable) is left to the caller, which knows what the file is for;
+- `read_text(path, what=..., error=..., max_bytes=None)`: a text file the product reads (bounded, UTF-8): a byte
+  that is not UTF-8 is refused naming the file, never as a bare UnicodeDecodeError. OSError (missing, unreadable) is
+  left to the caller, which knows what the file is for;
+- `read_yaml(path, what=..., error=..., max_bytes=None)`: `read_text`, then `load_yaml`;
 - `load_json(data, source=..., error=...)`: JSON that refuses a key given twice in one object.
 
 `error` is the caller's exception type (SpecError, LockError, ...): one line, a non-zero exit at the CLI edge.
@@ -88,9 +90,10 @@ def load_yaml(text: str, *, source: str | Path, error: type[Rollout8Error] = Spe
             loader.dispose()
 
 
-def read_yaml(path: str | Path, *, what: str = "YAML file", error: type[Rollout8Error] = SpecError,
-              max_bytes: int | None = None) -> Any:
-    """Read and parse a YAML file strictly: at most max_bytes, UTF-8, then `load_yaml`. OSError propagates."""
+def read_text(path: str | Path, *, what: str = "text file", error: type[Rollout8Error] = SpecError,
+              max_bytes: int | None = None) -> str:
+    """A UTF-8 text file (a leading byte order mark dropped), at most max_bytes; `error` naming the file for another
+    encoding or a file far too large. OSError propagates."""
     path = Path(path)
     if max_bytes is not None:
         size = path.stat().st_size
@@ -98,10 +101,16 @@ def read_yaml(path: str | Path, *, what: str = "YAML file", error: type[Rollout8
             raise error(f"{path}: {size} bytes, far more than a {what} (at most {max_bytes}); wrong file?")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
-    return load_yaml(text, source=path, error=error)
+
+
+def read_yaml(path: str | Path, *, what: str = "YAML file", error: type[Rollout8Error] = SpecError,
+              max_bytes: int | None = None) -> Any:
+    """Read and parse a YAML file strictly: at most max_bytes, UTF-8, then `load_yaml`. OSError propagates."""
+    text = read_text(path, what=what, error=error, max_bytes=max_bytes)
+    return load_yaml(text, source=Path(path), error=error)
 
 
 def load_json(data: str | bytes, *, source: str | Path, error: type[Rollout8Error] = SpecError) -> Any:
