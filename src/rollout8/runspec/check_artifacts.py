@@ -6,12 +6,12 @@ passing profile check: check.check_profile).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import ModelError
+from ..yamlio import load_json
 from .check_common import Collector
 from .runspec import RunSpec
 
@@ -59,15 +59,18 @@ def check_paths(c: Collector, spec: RunSpec) -> None:
 def _read_config(path: Path | None) -> dict | None:
     if path is None or not (path / "config.json").is_file():
         return None
-    try:
-        return json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    try:  # strict (a key given twice refused): check_models reports why it is not readable, naming the file
+        config = load_json((path / "config.json").read_bytes(), source=path / "config.json", error=ModelError)
+    except (OSError, ValueError, ModelError):  # ValueError: not JSON, or not UTF-8
         return None
+    return config if isinstance(config, dict) else None  # a list or a number: check_models says it is no object
 
 
 def is_moe_config(config: dict) -> str | None:
     """Why a config.json describes a mixture-of-experts model, or None."""
     for source in (config, config.get("text_config") or {}):
+        if not isinstance(source, dict):
+            continue
         for key in MOE_CONFIG_KEYS:
             value = source.get(key)
             if isinstance(value, int) and value > 1:

@@ -55,7 +55,7 @@ def as_int(c: Collector, rendered: Rendered, key: str) -> int | None:
         if isinstance(value, bool) or float(value) != int(float(value)):
             raise ValueError
         return int(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: the text "inf" (float() reads it)
         c.error("batch", verl_field(rendered.spec, key), f"{value!r} is not an integer")
         return None
 

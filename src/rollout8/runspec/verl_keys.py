@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -77,8 +78,48 @@ def split_key(raw_key: str) -> tuple[str, str]:
     return "", raw_key
 
 
+def flatten(block: dict[str, Any]) -> dict[str, Any]:
+    """The spec's `verl:` block with nested sections written as the dotted keys they stand for, in the order given.
+
+    `actor_rollout_ref: {rollout: {n: 2}}` is `actor_rollout_ref.rollout.n: 2`: the same override, checked and rendered
+    exactly as the dotted key is (hydra would take the nested form as one dict merged into the section; written out
+    it gets every key's type and range check). Decision: flatten rather than refuse, since the nested form is how
+    verl's own YAML reads, and flattening loses nothing. What is a section: a key without '+', '++' or '~' whose value
+    is a non-empty mapping and which names a part of verl's config at the pin with keys below it; any other mapping
+    is the key's value (a dict for an empty mapping such as ...engine_kwargs.vllm, or one added with '+'). A '+',
+    '++' or '~' inside a section applies to the whole dotted key (`rollout: {+min_p: 0.1}` is
+    `+actor_rollout_ref.rollout.min_p: 0.1`). The same key given twice, in two spellings or with two operators, is
+    refused naming both: which one hydra would take is not what the file says.
+    """
+    out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+
+    def spelling(path: list[str]) -> str:
+        if len(path) == 1:
+            return f"as '{path[0]}'"
+        return "nested as " + ": {".join(path) + ": ..." + "}" * (len(path) - 1)
+
+    def walk(prefix: str, path: list[str], mapping: dict) -> None:
+        for raw, value in mapping.items():
+            op, name = split_key(str(raw))
+            key = f"{prefix}.{name}" if prefix else name
+            here = path + [str(raw)]
+            if not op and isinstance(value, dict) and value and key in _prefixes():
+                walk(key, here, value)
+                continue
+            if key in spelled:
+                raise ValueError(f"{key} is given twice, {spelled[key]} and {spelling(here)}: keep one")
+            spelled[key] = spelling(here)
+            out[f"{op}{key}"] = value
+
+    walk("", [], block)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- values
 _UNQUOTED = re.compile(r"[A-Za-z0-9_\-/+.%*@:]+")
+# What hydra's override grammar reads as a float NaN or infinity (its FLOAT token): a string spelled so is quoted.
+_NON_FINITE_WORD = re.compile(r"[+-]?(inf|nan)", re.IGNORECASE)
 
 
 class QuotedStr(str):
@@ -98,7 +139,7 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
-    if _UNQUOTED.fullmatch(text) and not isinstance(value, QuotedStr):
+    if _UNQUOTED.fullmatch(text) and not isinstance(value, QuotedStr) and not _NON_FINITE_WORD.fullmatch(text):
         return text
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -231,10 +272,28 @@ def _kind(value: Any) -> type | None:
     return None
 
 
+def non_finite(value: Any) -> float | None:
+    """The first NaN or infinity in a value (inside its lists and mappings too), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    return next((found for found in map(non_finite, items) if found is not None), None)
+
+
 def value_problem(override: Override) -> str | None:
-    """Why this value cannot be right for the key at the pin (its default's type, the key's range), else None.
-    Hydra would coerce a string like 'lots' only to fail in the middle of the run, or turn 30 into a fraction."""
-    if override.op == "~" or not (override.key in key_table() or override.key in DECLARED_TYPES):
+    """Why this value cannot be right for the key at the pin (its default's type, the key's range, its shape), else
+    None. Hydra would coerce a string like 'lots' only to fail in the middle of the run, or turn 30 into a fraction;
+    a NaN passes every range check (`nan < 0` and `nan > 1` are both false), so no value holds one."""
+    if override.op == "~":
+        return None
+    bad = non_finite(override.value)
+    if bad is not None:
+        whole = "" if bad is override.value else f"{hydra_value(override.value)} holds {bad}: "
+        return f"{whole}{bad} is not a finite number; give a number"
+    if override.key in _prefixes() and override.key not in key_table() and not isinstance(override.value, dict):
+        return (f"{override.key} is a section of verl's config, not a value: set the keys below it "
+                f"({override.key}.<key>: value, or nested as a mapping)")
+    if not (override.key in key_table() or override.key in DECLARED_TYPES):
         return None
     value = override.value
     reference = default(override.key)
