@@ -15,6 +15,7 @@ Paths come in two kinds:
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args, get_origin
@@ -25,6 +26,8 @@ from ..errors import SpecError
 from ..fileutil import sha256_json
 from ..models import FrozenModel
 from ..yamlio import read_yaml
+from . import verl_keys
+from .node_path import deploy_root_problem, node_absolute, within
 
 DEFAULT_DEPLOY_ROOT = "/var/lib/rollout8/runs/{name}"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -126,13 +129,6 @@ class NetworkSpec(_Strict):
         return value
 
 
-def _node_absolute(value: str | None) -> str | None:
-    """A path on every node: absolute, without a trailing slash."""
-    if value is not None and not PurePosixPath(value).is_absolute():
-        raise ValueError(f"{value!r} must be an absolute path (it is a path on every node)")
-    return None if value is None else (value.rstrip("/") or "/")
-
-
 class ClusterSpec(_Strict):
     nnodes: int = Field(ge=1, description="number of nodes (trainer.nnodes).")
     npus_per_node: int = Field(ge=1, description="accelerators used per node (trainer.n_gpus_per_node; 8 on A2).")
@@ -146,7 +142,7 @@ class ClusterSpec(_Strict):
                           "latest (trainer.resume_mode=auto); preflight proves it is shared. Unset: no resume "
                           "after a failure.")
 
-    _shared_absolute = field_validator("shared_dir")(lambda value: _node_absolute(value))
+    _shared_absolute = field_validator("shared_dir")(lambda value: node_absolute(value))
 
 
 class DataSpec(_Strict):
@@ -160,13 +156,29 @@ class DataSpec(_Strict):
 
 class DeploySpec(_Strict):
     root: str | None = Field(
-        None, description="absolute directory on every node for this run's artifacts; "
-                          "default /var/lib/rollout8/runs/<name>.")
+        None, description="absolute directory on every node for this run's artifacts and nothing else (reset.yml "
+                          "removes it whole): not /, a system directory (/usr, /var/lib, /home/<user>...), a path "
+                          "with '..' or one inside cluster.shared_dir; default /var/lib/rollout8/runs/<name>.")
     shared_storage: bool = Field(
         False, description="true: model, profile and data paths are already valid on every node (shared "
                            "storage, absolute paths) and are not copied.")
 
-    _absolute = field_validator("root")(lambda value: _node_absolute(value))
+    @field_validator("root")
+    @classmethod
+    def _root_of_its_own(cls, value: str | None) -> str | None:
+        root = node_absolute(value)
+        if root is None:
+            return None
+        if any(c.isspace() for c in root):
+            raise ValueError(f"{value!r} holds a space: the node environment file (rollout8.env) cannot carry it; "
+                             "give a path without spaces")
+        problem = deploy_root_problem(root)
+        if problem:
+            raise ValueError(f"{value!r} {problem}; the deploy root is the run's alone (reset.yml removes it with "
+                             "everything in it): give a directory of this run's own, such as "
+                             "/var/lib/rollout8/runs/<name> (the default), /srv/rollout8/<name> or "
+                             "/data/rollout8/<name>")
+        return root
 
 
 class RunSpec(_Strict):
@@ -181,7 +193,8 @@ class RunSpec(_Strict):
         default_factory=dict, description="extra environment for every node and Ray worker (wins over the bundle's).")
     verl: dict[str, Any] = Field(
         default_factory=dict, description="verl hydra overrides: dotted key -> value; '+key' adds a key, "
-                                          "'++key' adds or overrides, '~key' deletes.")
+                                          "'++key' adds or overrides, '~key' deletes. A section may be nested "
+                                          "(actor_rollout_ref: {rollout: {n: 4}}): read as the dotted keys.")
 
     # Where the spec was loaded from (not a field of the file).
     source: Path | None = Field(None, exclude=True, repr=False)
@@ -205,6 +218,12 @@ class RunSpec(_Strict):
             return out
         return value
 
+    @field_validator("verl", mode="before")
+    @classmethod
+    def _verl_flat(cls, value: Any) -> Any:
+        """Nested sections become the dotted keys they stand for (verl_keys.flatten); a key given twice is refused."""
+        return verl_keys.flatten(value) if isinstance(value, dict) else value
+
     @field_validator("verl")
     @classmethod
     def _verl_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -212,6 +231,33 @@ class RunSpec(_Strict):
             if not re.fullmatch(r"(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", key):
                 raise ValueError(f"{key!r} is not a dotted hydra key (optionally prefixed with +, ++ or ~)")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _finite_numbers(cls, value: Any) -> Any:
+        """NaN and infinity (`.nan`, `.inf` in YAML) are refused anywhere in the spec, naming the dotted field: no
+        setting means one, and a NaN passes every range check (`nan < 0` and `nan > 1` are both false)."""
+        found = list(_non_finite(value, ""))
+        if found:
+            raise ValueError("\n".join(f"{where}: {number} is not a finite number; give a number"
+                                       for where, number in found))
+        return value
+
+    @model_validator(mode="after")
+    def _deploy_root_outside_shared_dir(self) -> RunSpec:
+        shared, root = self.cluster.shared_dir, self.deploy_root
+        if shared is None:
+            return self
+        named = f"deploy.root {root!r}" if self.deploy.root else f"deploy.root (default {root!r})"
+        if within(root, shared):
+            where = "is" if root == shared else "lies inside"
+            raise ValueError(f"{named} {where} cluster.shared_dir {shared!r}: every node would deploy into the "
+                             "same shared directory and a reset would remove what the others use; give deploy.root "
+                             "outside it (a directory on each node's own disk)")
+        if within(shared, root):
+            raise ValueError(f"cluster.shared_dir {shared!r} lies inside {named}: a reset removes the deploy root "
+                             "and the checkpoints with it; give deploy.root outside the shared directory")
+        return self
 
     @model_validator(mode="after")
     def _int8_needs_model(self) -> RunSpec:
@@ -277,6 +323,18 @@ class RunSpec(_Strict):
         return names + ["train", "val"] + (["reward"] if self.data.reward is not None else [])
 
 
+def _non_finite(value: Any, where: str):
+    """(dotted field, number) of every NaN or infinity in a raw spec: mappings by key, lists by [index]."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield where or "(top level)", value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _non_finite(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _non_finite(item, f"{where}[{index}]")
+
+
 def _resolve(base: Path, value: Any) -> Any:
     if value is None:
         return None
@@ -303,14 +361,17 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
 def format_validation_error(exc: ValidationError, source: str) -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown field (misspelled? see `rollout8 check --explain`)"
         elif err["type"] == "missing":
             msg = "required field is missing"
+        elif err["type"] == "finite_number":
+            msg = f"{err['input']} is not a finite number; give a number"
         msg = msg.removeprefix("Value error, ")
-        lines.append(f"{source}: {loc}: {msg}")
+        # a rule across fields (a model validator, no location) names its fields in each of its lines itself
+        lines += [f"{source}: {loc}: {line}" if loc else f"{source}: {line}" for line in msg.splitlines()]
     return "\n".join(lines)
 
 
