@@ -16,6 +16,7 @@ import sys
 import traceback
 
 from .errors import Rollout8Error
+from .fileutil import failed_write_cause
 
 # command name -> one-line help (module: command_module(name)). Order is the order of `rollout8 --help`.
 COMMANDS: dict[str, str] = {
@@ -145,6 +146,8 @@ def describe(exc: BaseException) -> str:
         return f"an input file is not UTF-8 text ({exc.reason} at byte {exc.start}); give the text file it expects"
     kind = type(exc).__name__
     module = type(exc).__module__.split(".")[0]
+    if cause := failed_write_cause(exc):  # a library's failed write (safetensors, pyarrow): never the input's fault
+        return f"a write failed: {cause} ({kind}: {exc}); free space, or name an output on a writable filesystem"
     if kind == "JSONDecodeError":
         return f"an input is not valid JSON ({exc}); check the file named in the command"
     if module == "yaml":

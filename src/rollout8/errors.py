@@ -27,3 +27,13 @@ class CheckFailed(Rollout8Error):
     """A check found problems (already reported line by line)."""
 
     exit_code = 1
+
+
+class WriteError(Rollout8Error):
+    """An output could not be written (no space, read-only, permission, ...): the message names the output path
+    and the cause, and says what to do; never the input's fault, never a bug (fileutil.write_failure builds it)."""
+
+    def __init__(self, path: object, cause: str, hint: str) -> None:
+        super().__init__(f"cannot write {path}: {cause}; {hint}")
+        self.path = path
+        self.cause = cause

@@ -87,6 +87,11 @@ def edit_spec(w: Path, change: Callable[[dict], None]) -> None:
     (w / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
 
 
+def profile_named(w: Path, name: str) -> None:
+    (w / "profile.pt").rename(w / name)
+    edit_spec(w, lambda s: s["model"].update(profile=name))
+
+
 def shard(w: Path, model: str) -> Path:
     return sorted((w / model).glob("*.safetensors"))[0]
 
@@ -144,6 +149,23 @@ CASES = [
     Case("verify-json-onto-the-profile", [*VERIFY, "--json", "{w}/profile.pt"], "{w}/profile.pt"),
     Case("convert-onto-its-input", ["convert", "--to", "ascend", "{w}/int8", "{w}/int8"], "{w}/int8"),
     Case("convert-into-its-input", ["convert", "--to", "ascend", "{w}/int8", "{w}/int8/ascend"], "{w}/int8"),
+    Case("convert-over-the-directory-holding-its-input", ["convert", "--to", "ascend", "{w}/int8", "{w}", "--force"],
+         "INT8_DIR"),
+    Case("plan-into-the-bf16-directory", ["plan", "{w}/spec.yaml", "-o", "{w}/bf16/plan"], "model.bf16 ({w}/bf16)"),
+    Case("plan-into-the-int8-directory-by-dotdot", ["plan", "{w}/spec.yaml", "-o", "{w}/data/../int8/plan"],
+         "model.int8 ({w}/int8)"),
+    Case("plan-into-the-int8-directory-by-symlink", ["plan", "{w}/spec.yaml", "-o", "{w}/link/plan"],
+         "model.int8 ({w}/int8)", lambda w: (w / "link").symlink_to(w / "int8")),
+    Case("plan-onto-the-spec", ["plan", "{w}/spec.yaml", "-o", "{w}/spec.yaml"], "SPEC ({w}/spec.yaml)"),
+    Case("plan-writes-its-yaml-over-the-profile", ["plan", "{w}/spec.yaml", "-o", "{w}"], "model.profile",
+         lambda w: profile_named(w, "flashrl.yaml")),
+    Case("render-onto-the-spec", ["render", "{w}/spec.yaml", "-o", "{w}/spec.yaml"], "SPEC ({w}/spec.yaml)"),
+    Case("render-into-the-bf16-directory", ["render", "{w}/spec.yaml", "-o", "{w}/bf16/r"], "model.bf16"),
+    Case("setup-from-the-spec-into-the-int8-directory", ["setup", "--spec", "{w}/spec.yaml", "-o", "{w}/int8/f.yaml"],
+         "model.int8 ({w}/int8)"),
+    Case("setup-onto-the-training-data", ["setup", "--spec", "{w}/spec.yaml", "-o", "{w}/data/train.parquet"],
+         "data.train"),
+    Case("verify-json-into-the-int8-directory", [*VERIFY, "--json", "{w}/int8/v.json"], "{w}/int8"),
     # values out of range
     Case("verify-negative-max-lsb", [*VERIFY, "--max-lsb", "-1"], "--max-lsb"),
     Case("report-unknown-mode", ["report", "{w}/data", "--mode", "fp4", "-o", "{w}/rep"], "--mode"),

@@ -36,3 +36,15 @@ def absolute_path(text: str) -> Path:
     if not path.is_absolute():
         raise argparse.ArgumentTypeError(f"{text!r} is relative: give an absolute path")
     return path
+
+
+def spec_inputs(spec, spec_path: str | Path, label: str = "SPEC") -> dict[str, Path | None]:
+    """Every input artifact of a run spec, by the name an output refusal shows it under: the spec, the version lock,
+    the models, the profile and the data files (the local paths `rollout8 plan` reads and checksums). No output of a
+    command that reads the spec may be, or lie inside, any of them (fileutil.refuse_output_inside_inputs)."""
+    from ..paths import lock_path
+
+    inputs: dict[str, Path | None] = {label: Path(spec_path), "lock": lock_path()}
+    for what in ("bf16", "int8", "profile", "train", "val", "reward"):
+        inputs[f"{'model' if what in ('bf16', 'int8', 'profile') else 'data'}.{what}"] = spec.local_path(what)
+    return inputs

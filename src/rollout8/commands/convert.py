@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..fileutil import check_output
+from ..fileutil import check_output, writing
 from ..quant.convert import convert_to_ascend
 from ..quant.layout import ASCEND, FLOAT, W8A8_DYNAMIC
 
@@ -22,10 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    check_output(args.out_dir, inputs={"INT8_DIR": args.int8_dir}, directory=True, flag="OUT_DIR")
-    result = convert_to_ascend(args.int8_dir, args.out_dir, round_scales=args.round_scales,
-                               verify=not args.no_verify, force=args.force,
-                               progress=lambda msg: print(f"convert: {msg}", flush=True))
+    with writing(args.out_dir):
+        check_output(args.out_dir, inputs={"INT8_DIR": args.int8_dir}, directory=True, flag="OUT_DIR",
+                     what="the converted model", replaces=True)
+        result = convert_to_ascend(args.int8_dir, args.out_dir, round_scales=args.round_scales,
+                                   verify=not args.no_verify, force=args.force,
+                                   progress=lambda msg: print(f"convert: {msg}", flush=True))
     if result.skipped:
         return 0
     print(f"convert: wrote {result.out_dir}: {len(result.quantized)} linears as {W8A8_DYNAMIC}, "

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import Rollout8Error
+from ..fileutil import check_output, writing
 from ..runspec.testdata import make_dataset
 
 
@@ -19,7 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.train < 1 or args.val < 1:
         raise Rollout8Error("--train and --val must be at least 1")
-    for split, path in make_dataset(args.output, args.train, args.val, args.seed).items():
+    with writing(args.output):
+        check_output(args.output, directory=True, what="the dataset")
+        written = make_dataset(args.output, args.train, args.val, args.seed)
+    for split, path in written.items():
         print(f"{split}: {path}")
     return 0
 

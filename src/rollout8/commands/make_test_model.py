@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..fileutil import OutputError, check_output
+from ..fileutil import OutputError, check_output, writing
 from ..quant.testmodels import PRESETS, ModelShape, make_pair, resolve_shape
 
 
@@ -39,16 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    out = check_output(args.output, directory=True)
-    if out.is_dir() and any(out.iterdir()) and not (out / "testmodel.json").is_file() and not args.force:
-        raise OutputError(f"-o {args.output}: exists and was not written by make-test-model (it replaces the whole "
-                          "directory): name another path, or pass --force")
-    overrides = dict(args.overrides)
-    shape = resolve_shape(args.preset, overrides)
-    print(f"building {args.preset} ({shape.num_parameters() / 1e6:.1f}M parameters, "
-          f"{shape.num_hidden_layers} layers) in {args.output}", flush=True)
-    pair = make_pair(args.output, preset=args.preset, seed=args.seed,
-                     progress=lambda msg: print(f"  {msg}", flush=True), **overrides)
-    print(f"bf16: {pair.bf16}\nint8: {pair.int8}")
-    return 0
+    with writing(args.output):
+        out = check_output(args.output, directory=True)
+        if out.is_dir() and any(out.iterdir()) and not (out / "testmodel.json").is_file() and not args.force:
+            raise OutputError(f"-o {args.output}: exists and was not written by make-test-model (it replaces the whole "
+                              "directory): name another path, or pass --force")
+        overrides = dict(args.overrides)
+        shape = resolve_shape(args.preset, overrides)
+        print(f"building {args.preset} ({shape.num_parameters() / 1e6:.1f}M parameters, "
+              f"{shape.num_hidden_layers} layers) in {args.output}", flush=True)
+        pair = make_pair(args.output, preset=args.preset, seed=args.seed,
+                         progress=lambda msg: print(f"  {msg}", flush=True), **overrides)
+        print(f"bf16: {pair.bf16}\nint8: {pair.int8}")
+        return 0
 

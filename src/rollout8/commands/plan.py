@@ -14,10 +14,22 @@ import os
 import sys
 from pathlib import Path
 
-from ..fileutil import check_output
-from ..runspec.plan import PLAN_FILE, build_plan
+from ..fileutil import check_output, writing
+from ..runspec.plan import (
+    ARRIVAL_FILE,
+    CACHE_FILE,
+    PLAN_FILE,
+    PROFILE_CHECK_CACHE,
+    SEND_TREE,
+    build_plan,
+)
 from ..runspec.proof import ensure_profile, verify_artifacts
+from ..runspec.render import FLASHRL_FILE, LAUNCH_FILE
 from ..runspec.runspec import load_spec
+from . import spec_inputs
+
+# what the plan writes in its directory (besides the kept verify-quant reports)
+PLAN_OUTPUTS = (PLAN_FILE, FLASHRL_FILE, LAUNCH_FILE, ARRIVAL_FILE, SEND_TREE, CACHE_FILE, PROFILE_CHECK_CACHE)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,16 +60,19 @@ def _progress(what: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output(args.output, directory=True, inputs={"(the spec)": args.spec})
-    written = None
-    if args.profile == "missing":
-        written = ensure_profile(load_spec(args.spec), progress=_progress("profile, layer"))
-    plan = build_plan(args.spec, args.output, args.node_cli, check=not args.no_check)
-    verified = None
-    if args.verify_quant and plan.flashrl and not args.no_check:
-        report, cached = verify_artifacts(load_spec(args.spec), plan.sha256, args.output,
-                                          progress=_progress("verify-quant, tensor"))
-        verified = {"report": str(report), "cached": cached}
+    spec = load_spec(args.spec)
+    with writing(args.output):
+        check_output(args.output, directory=True, inputs=spec_inputs(spec, args.spec), what="the plan",
+                     files=PLAN_OUTPUTS)
+        written = None
+        if args.profile == "missing":
+            written = ensure_profile(spec, progress=_progress("profile, layer"))
+        plan = build_plan(args.spec, args.output, args.node_cli, check=not args.no_check)
+        verified = None
+        if args.verify_quant and plan.flashrl and not args.no_check:
+            report, cached = verify_artifacts(spec, plan.sha256, args.output,
+                                              progress=_progress("verify-quant, tensor"))
+            verified = {"report": str(report), "cached": cached}
     print(json.dumps({"plan": str(args.output / PLAN_FILE), "job_id": plan.job_id, "copies": len(plan.copies),
                       "files": len(plan.sha256), "profile_written": str(written) if written else None,
                       "verify_quant": verified}))

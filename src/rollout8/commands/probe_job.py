@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from ..errors import Rollout8Error
+from ..fileutil import atomic_write, check_output
 from ..node.probe_job import VERDICT_PREFIX, judge_verdict, read_verdict, run_job
 from ..runspec.plan import load_plan
 
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.judge is not None:
         return judge(args.judge, args.nodes)
+    if args.json_out:  # refused now, not after the job
+        check_output(args.json_out, inputs={"--plan": args.plan}, flag="--json-out", what="the verdict")
     try:
         plan = load_plan(args.plan).to_json()  # the one Plan model: a plan of another schema is refused here
     except (OSError, ValueError) as exc:
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     verdict = run_job(plan, args.nodes, args.timeout)
     line = json.dumps(verdict, sort_keys=True)
     if args.json_out:
-        Path(args.json_out).write_text(line + "\n")
+        atomic_write(args.json_out, line + "\n")
     print(VERDICT_PREFIX + line, flush=True)
     ok, summary = judge_verdict(verdict, args.nodes)
     print(f"probe-job: verdict {summary.removeprefix('probe job ')}", flush=True)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ..errors import ModelError
-from ..fileutil import check_output
+from ..fileutil import check_output, writing
 from ..quant.checkpoint import require_kind
 from ..quant.profile import PROFILE_KIND, flashrl_profile_command, write_profile
 
@@ -31,7 +31,14 @@ def run(args) -> int:
             raise ModelError(f"{flag} {path}: model directory does not exist")
     require_kind(args.model, int8=False, flag="-m")
     require_kind(args.quantized, int8=True, flag="-q")
-    check_output(args.output, inputs={"-m": args.model, "-q": args.quantized}, kind=PROFILE_KIND, force=args.force)
+    with writing(args.output):
+        check_output(args.output, inputs={"-m": args.model, "-q": args.quantized}, kind=PROFILE_KIND,
+                     force=args.force, what="the profile")
+        return _compute(args)
+
+
+def _compute(args) -> int:
+    """Write the profile with the chosen engine; its exit code."""
     start = time.monotonic()
     if args.engine == "flashrl":
         cmd, env = flashrl_profile_command(args.model, args.quantized, args.output)
@@ -49,4 +56,3 @@ def run(args) -> int:
         print(f"{len(profile)} entries", flush=True)
     print(f"profile written to {args.output} in {time.monotonic() - start:.1f}s")
     return 0
-

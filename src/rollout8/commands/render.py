@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..fileutil import check_output
-from ..runspec.render import render, write_outputs
+from ..fileutil import check_output, writing
+from ..runspec.render import ENV_FILE, FLASHRL_FILE, LAUNCH_FILE, MANIFEST_FILE, render, write_outputs
 from ..runspec.runspec import load_spec
+from . import spec_inputs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +29,10 @@ def run(args: argparse.Namespace) -> int:
             for finding in errors:
                 print(finding.line())
             raise CheckFailed(f"{args.spec}: {len(errors)} error(s); fix them or pass --no-check")
-    check_output(args.output, directory=True, inputs={"(the spec)": args.spec, "model.bf16": spec.model.bf16,
-                                                      "model.int8": spec.model.int8})
-    rendered = render(spec)
-    written = write_outputs(rendered, Path(args.output))
+    with writing(args.output):
+        check_output(args.output, directory=True, inputs=spec_inputs(spec, args.spec), what="the rendered files",
+                     files=(ENV_FILE, LAUNCH_FILE, FLASHRL_FILE, MANIFEST_FILE))
+        written = write_outputs(render(spec), Path(args.output))
     for name in written:
         print(f"wrote {Path(args.output) / name}")
     return 0

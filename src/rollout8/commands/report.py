@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..fileutil import check_output
+from ..fileutil import check_output, writing
 from ..results.report import build
 from . import count
 
@@ -29,9 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output(args.out, inputs={f"RUN {path}": path for path in args.runs}, directory=True, nested_ok=True)
-    summary = build(args.runs, args.out, args.label, args.mode, args.baseline, args.skip_first, args.title,
-                    args.config)
+    inputs = {**{f"RUN {path}": path for path in args.runs}, **{f"--config {path}": path for path in args.config}}
+    with writing(args.out):  # it may lie inside a run's log directory (nested_ok): logs are not artifacts
+        check_output(args.out, inputs=inputs, directory=True, nested_ok=True, what="the report",
+                     files=("report.html", "summary.json"))
+        summary = build(args.runs, args.out, args.label, args.mode, args.baseline, args.skip_first, args.title,
+                        args.config)
     for row in summary["runs"]:
         st = row["step_time"]
         sp = (st or {}).get("speedup")

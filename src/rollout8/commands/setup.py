@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import SpecError
-from ..fileutil import check_output
+from ..fileutil import check_output, writing
 from ..quant.checkpoint import require_kind
 from ..runspec.flashrl_config import (
     CONFIG_KIND,
@@ -44,10 +44,13 @@ def _parse_mix(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    inputs: dict = {}
     if args.spec:
         from ..runspec.runspec import load_spec
+        from . import spec_inputs
 
         spec = load_spec(args.spec)
+        inputs = spec_inputs(spec, args.spec, label="--spec")  # its local artifacts, whatever paths the config names
         config = config_for_spec(spec, node_paths=not args.local_paths)
         tp = args.tp or int(spec.verl.get("actor_rollout_ref.rollout.tensor_model_parallel_size", 1))
         world = args.world_size or spec.cluster.nnodes * spec.cluster.npus_per_node
@@ -70,13 +73,14 @@ def run(args: argparse.Namespace) -> int:
         config = build_config(args.fn, int8_model=model, profile=profile, bf16_model=bf16,
                               mix=_parse_mix(args.mix), layout=layout)
         tp, world = args.tp or 1, args.world_size
-    inputs = {"--spec": args.spec, "-m": args.model, "-p": args.profile, "-b": args.bf16_model}
+    inputs.update({"-m": args.model, "-p": args.profile, "-b": args.bf16_model})
     for entry in config.get("configs", []):  # what the config points at is an input too (the profile, the models)
         for key in ("profile", "model"):
             if isinstance(entry.get(key), str):
                 inputs.setdefault(f"the config's {key}", entry[key])
-    check_output(args.output, inputs=inputs, kind=CONFIG_KIND, force=args.force)
-    path = write_config(config, Path(args.output))
+    with writing(args.output):
+        check_output(args.output, inputs=inputs, kind=CONFIG_KIND, force=args.force, what="the FlashRL config")
+        path = write_config(config, Path(args.output))
     print(f"wrote {path} ({len(config['configs'])} entr{'y' if len(config['configs']) == 1 else 'ies'}); "
           f"export FLASHRL_CONFIG={path}")
     if world:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import CheckFailed
-from ..fileutil import atomic_write, check_output
+from ..fileutil import atomic_write, check_output, writing
 from ..quant.verify import DEFAULT_MAX_LSB, format_table, verify
 from . import count
 
@@ -28,9 +28,15 @@ def _is_json_report(path: Path) -> bool:
 
 
 def run(args) -> int:
-    if args.json_out and args.json_out != "-":
+    if not args.json_out or args.json_out == "-":
+        return _verify(args)
+    with writing(args.json_out):
         check_output(args.json_out, inputs={"-m": args.model, "-q": args.quantized, "-p": args.profile},
-                     kind=("a JSON report", _is_json_report), force=args.force, flag="--json")
+                     kind=("a JSON report", _is_json_report), force=args.force, flag="--json", what="the report")
+        return _verify(args)
+
+
+def _verify(args) -> int:
     step = {"next": 0.0}
 
     def progress(done: int, total: int) -> None:  # on stderr, so stdout stays the table / JSON
