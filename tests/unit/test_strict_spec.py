@@ -22,10 +22,9 @@ from rollout8.cli import main
 from rollout8.errors import LockError, SpecError
 from rollout8.runspec.check_common import Collector
 from rollout8.runspec.check_verl import check_verl_keys
-from rollout8.runspec.node_path import deploy_root_problem, node_absolute
 from rollout8.runspec.render import render
 from rollout8.runspec.runspec import parse_spec
-from rollout8.runspec.verl_keys import Override, flatten, hydra_value, value_problem
+from rollout8.runspec.verl_keys import Override, hydra_value, value_problem
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 REPO = Path(__file__).resolve().parents[2]
@@ -147,8 +146,6 @@ CHECK_CASES = [
      "deploy.root: '/var/lib/rollout8/runs' holds every run's default deploy root"),
     ("root-dot-dot", dict(change=lambda r: r.update(deploy={"root": "/srv/rollout8/../../etc"})),
      "deploy.root: '/srv/rollout8/../../etc' has a '..' segment"),
-    ("root-relative", dict(change=lambda r: r.update(deploy={"root": "runs/t"})),
-     "deploy.root: 'runs/t' must be an absolute path"),
     ("root-with-a-newline", dict(change=lambda r: r.update(deploy={"root": "/srv/r8\n/x"})),
      "deploy.root: '/srv/r8\\n/x' holds a control character"),
     ("root-with-a-space", dict(change=lambda r: r.update(deploy={"root": "/srv/my runs/t"})),
@@ -193,11 +190,12 @@ def test_text_that_reads_as_infinity_is_a_finding_not_a_crash(pristine, tmp_path
 
 
 def test_a_model_config_that_is_not_an_object_is_refused_naming_it(pristine, tmp_path, capsys):
-    """config.json holding a list: the MoE rule read it as a mapping (AttributeError); now check_models names it."""
+    """config.json holding a list: the MoE rule read it as a mapping ("unexpected AttributeError"); now check's model
+    rule names it."""
     w = workspace(pristine, tmp_path)
-    (w / "int8" / "config.json").write_text("[1, 2]\n")
+    (w / "bf16" / "config.json").write_text("[1, 2]\n")
     _, printed = refused(["check", "{w}/spec.yaml"], w, capsys)
-    assert f"{w}/int8/config.json" in printed and "unexpected" not in printed, printed
+    assert f"{w}/bf16/config.json" in printed and "unexpected" not in printed, printed
 
 
 # ------------------------------------------------------------------ a nested `verl:` section is its dotted keys
@@ -237,6 +235,8 @@ def test_a_nested_override_gets_the_dotted_keys_findings(nested, dotted, pristin
 def test_what_is_a_section_and_what_is_a_value():
     """A mapping under a key with keys below it at the pin is a section; under an empty mapping (engine_kwargs.vllm),
     a '+' key or a leaf it is the key's value, left whole (and a leaf's type check refuses it)."""
+    from rollout8.runspec.verl_keys import flatten
+
     assert flatten({"actor_rollout_ref.rollout.engine_kwargs": {"vllm": {"swap_space": 4}},
                     "+ray_kwargs.ray_init": {"num_cpus": 2},
                     ROLLOUT + "gpu_memory_utilization": {"a": 1},
@@ -281,6 +281,8 @@ def test_every_float_field_of_a_model_is_finite():
 
 # ------------------------------------------------------------------ the deploy root
 def test_the_deploy_root_is_normalised(pristine):
+    from rollout8.runspec.node_path import deploy_root_problem, node_absolute
+
     spec = parse_spec({**RAW, "deploy": {"root": "/srv//rollout8/./runs/t/"}}, pristine)
     assert spec.deploy_root == "/srv/rollout8/runs/t"
     assert spec.node_path("flashrl") == "/srv/rollout8/runs/t/flashrl.yaml"
@@ -293,6 +295,8 @@ def test_the_deploy_root_is_normalised(pristine):
 def test_the_spec_refuses_every_deploy_root_a_node_would_refuse():
     """The node's rule (ansible/library/rollout8_deploy_root.py, before it makes the directory) refuses nothing that
     `check` lets through: a spec is refused on the controller, not half-way through a deployment."""
+    from rollout8.runspec.node_path import deploy_root_problem
+
     pytest.importorskip("ansible")
     loader = importlib.util.spec_from_file_location("rollout8_deploy_root",
                                                     REPO / "ansible" / "library" / "rollout8_deploy_root.py")
@@ -339,13 +343,6 @@ def test_lock_refuses_a_readme_that_is_not_utf8_naming_it(lock_tree, capsys):
     line, _ = refused(["lock", "--lock", "{w}/versions.lock.yaml", "--update-readme", "{w}/README.md"],
                       lock_tree, capsys)
     assert f"{readme}: not UTF-8 text" in line, line
-
-
-def test_lock_refuses_a_key_given_twice_through_the_cli(lock_tree, capsys):
-    lock = lock_tree / "versions.lock.yaml"
-    lock.write_text(lock.read_text() + "soc_version: ASCEND910B1\n")
-    line, _ = refused(["lock", "--lock", "{w}/versions.lock.yaml", "--build-args"], lock_tree, capsys)
-    assert f"{lock}:" in line and "key 'soc_version' is given twice" in line, line
 
 
 def test_read_text_refuses_another_encoding_naming_the_file(tmp_path):
