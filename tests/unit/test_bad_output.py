@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
+from workspace import make_workspace
 
 from rollout8.cli import describe, main
 from rollout8.errors import WriteError
@@ -31,13 +31,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.fixture(scope="module")
 def pristine(model_pair, tmp_path_factory) -> Path:
     """bf16/, int8/, profile.pt, data/, spec.yaml (`rollout8 check` passes it), versions.lock.yaml, run/train.log."""
-    from rollout8.quant.profile import write_profile
-
-    root = tmp_path_factory.mktemp("pristine-out")
-    shutil.copytree(model_pair.bf16, root / "bf16")
-    shutil.copytree(model_pair.int8, root / "int8")
-    write_profile(root / "bf16", root / "int8", root / "profile.pt")
-    assert main(["make-test-data", "-o", str(root / "data")]) == 0
     spec = {
         "name": "t",
         "model": {"bf16": "bf16", "int8": "int8", "profile": "profile.pt"},
@@ -47,12 +40,11 @@ def pristine(model_pair, tmp_path_factory) -> Path:
         "verl": {"data.train_batch_size": 4, "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2, "actor_rollout_ref.rollout.n": 2},
     }
-    (root / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    root = make_workspace(tmp_path_factory.mktemp("pristine-out"), model_pair, spec, real_data=True)
     shutil.copy(lock_path(), root / "versions.lock.yaml")
     (root / "run").mkdir()
     (root / "run" / "train.log").write_text("".join(f"step:{i} - critic/score/mean:0.{i} - timing_s/step:1.{i}\n"
                                                     for i in range(1, 5)))
-    assert main(["check", str(root / "spec.yaml")]) == 0
     return root
 
 

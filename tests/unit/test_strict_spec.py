@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from workspace import SPEC, make_workspace
 
 from rollout8.cli import main
 from rollout8.errors import LockError, SpecError
@@ -34,30 +35,10 @@ ROLLOUT = "actor_rollout_ref.rollout."
 @pytest.fixture(scope="module")
 def pristine(model_pair, tmp_path_factory) -> Path:
     """bf16/, int8/, profile.pt, data/ and spec.yaml (valid: `rollout8 check` passes it)."""
-    from rollout8.quant.profile import write_profile
-
-    root = tmp_path_factory.mktemp("pristine")
-    shutil.copytree(model_pair.bf16, root / "bf16")
-    shutil.copytree(model_pair.int8, root / "int8")
-    write_profile(root / "bf16", root / "int8", root / "profile.pt")
-    (root / "data").mkdir()
-    for name in ("train", "val"):
-        (root / "data" / f"{name}.parquet").write_bytes(b"PAR1")
-    (root / "spec.yaml").write_text(yaml.safe_dump(RAW, sort_keys=False))
-    assert main(["check", str(root / "spec.yaml")]) == 0
-    return root
+    return make_workspace(tmp_path_factory.mktemp("pristine"), model_pair, RAW)
 
 
-RAW = {
-    "name": "t",
-    "model": {"bf16": "bf16", "int8": "int8", "profile": "profile.pt", "layout": "compressed-tensors"},
-    "rollout": {"quantization": "int8"},
-    "cluster": {"nnodes": 3, "npus_per_node": 2, "accelerator": "cpu"},
-    "data": {"train": "data/train.parquet", "val": "data/val.parquet"},
-    "verl": {"data.train_batch_size": 6, "actor_rollout_ref.actor.ppo_mini_batch_size": 6,
-             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2, ROLLOUT + "n": 2,
-             ROLLOUT + "tensor_model_parallel_size": 1},
-}
+RAW = SPEC
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -1,0 +1,41 @@
+"""The bad-input tests' workspace: the tiny model pair, its FlashRL profile, data and a run spec, in one directory."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from rollout8.cli import main
+
+# A valid run spec for the tiny model pair (3 nodes x 2, cpu); tests copy it before changing it.
+SPEC = {
+    "name": "t",
+    "model": {"bf16": "bf16", "int8": "int8", "profile": "profile.pt", "layout": "compressed-tensors"},
+    "rollout": {"quantization": "int8"},
+    "cluster": {"nnodes": 3, "npus_per_node": 2, "accelerator": "cpu"},
+    "data": {"train": "data/train.parquet", "val": "data/val.parquet"},
+    "verl": {"data.train_batch_size": 6, "actor_rollout_ref.actor.ppo_mini_batch_size": 6,
+             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2, "actor_rollout_ref.rollout.n": 2,
+             "actor_rollout_ref.rollout.tensor_model_parallel_size": 1},
+}
+
+
+def make_workspace(root: Path, model_pair, spec: dict, *, real_data: bool = False) -> Path:
+    """bf16/, int8/, profile.pt, data/{train,val}.parquet and spec.yaml under root, checked by `rollout8 check`.
+    real_data writes parquet files (`rollout8 make-test-data`); otherwise they are stubs that check accepts."""
+    from rollout8.quant.profile import write_profile
+
+    shutil.copytree(model_pair.bf16, root / "bf16")
+    shutil.copytree(model_pair.int8, root / "int8")
+    write_profile(root / "bf16", root / "int8", root / "profile.pt")
+    if real_data:
+        assert main(["make-test-data", "-o", str(root / "data")]) == 0
+    else:
+        (root / "data").mkdir()
+        for name in ("train", "val"):
+            (root / "data" / f"{name}.parquet").write_bytes(b"PAR1")
+    (root / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["check", str(root / "spec.yaml")]) == 0
+    return root
