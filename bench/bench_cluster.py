@@ -29,8 +29,9 @@ def _inventory(path: Path, nodes: list[str]) -> Path:
 
     shutil.copytree(simcluster.INVENTORY.parent / "group_vars", path.parent / "group_vars", dirs_exist_ok=True)
     original = simcluster.INVENTORY.read_text()
+    hosts = {line.split()[0]: line for line in original.splitlines() if line.startswith(simcluster.NODES)}  # + address
     head, workers = nodes[0], nodes[1:]
-    path.write_text(f"[head]\n{head}\n\n[workers]\n" + "".join(f"{w}\n" for w in workers) + "\n"
+    path.write_text(f"[head]\n{hosts[head]}\n\n[workers]\n" + "".join(f"{hosts[w]}\n" for w in workers) + "\n"
                     + original[original.index("[cluster:children]"):])
     return path
 

@@ -4,7 +4,8 @@
 set -euo pipefail
 need=()
 # podman: builds docker/Dockerfile's bundle stages (BuildKit features) where docker.io has no buildx plugin.
-for pkg in docker.io debootstrap iproute2 git make rsync chromium podman; do
+# openssh-client: Ansible reaches the simulated nodes over ssh, as it reaches real ones.
+for pkg in docker.io debootstrap iproute2 git make rsync openssh-client chromium podman; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

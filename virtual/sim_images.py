@@ -1,6 +1,6 @@
 """The simulated cluster's images, each built once and cached by content (virtual/README.md).
 
-What this module owns: the base image rollout8/bookworm-base:3 (scripts/make-base-image.sh: debootstrap + docker
+What this module owns: the base image rollout8/bookworm-base:4 (scripts/make-base-image.sh: debootstrap + docker
 import, no registry), the wheelhouse and the rollout8 wheel (scripts/build-wheelhouse.sh, into .cache/wheelhouse),
 the stack image rollout8/sim-stack:<key> (the base with /opt/rollout8/venv installed from the wheelhouse in a
 container with --network none: the air-gapped path, for real), the node image rollout8/sim-node:<key> (vLLM's CPU
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BASE_IMAGE = "rollout8/bookworm-base:3"
+BASE_IMAGE = "rollout8/bookworm-base:4"
 
 
 def sh(*args: str, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
@@ -81,15 +81,27 @@ def node_image(house: Path) -> str:
     """The simulated node: the stack image, machine adaptations made, the CPU bridges in site-packages,
     patches/ applied to FlashRL and verl (seconds on top of the cached stack image)."""
     stack = stack_image(house)
-    image = f"rollout8/sim-node:{content_key(stack, NODE_LAYER)}"
+    image = f"rollout8/sim-node:{content_key(f'{stack} {NODE_ACCESS}', NODE_LAYER)}"
     if docker_ok("image", "inspect", image):
         print(f">> node image {image} already built", file=sys.stderr)
         return image
     print(f">> node image {image}: CPU adaptations and patches on {stack}", file=sys.stderr)
-    script = (f"{CPU_ADAPTATIONS}; "
+    script = (f"{CPU_ADAPTATIONS}; {NODE_ACCESS}; "
               "PYTHONPATH=/repo/src $V -m rollout8 patches apply --target $S --component all")
     _commit(image, stack, script, f"{REPO}:/repo:ro")
     return image
+
+
+# How the nodes are reached, as Atlas clusters are usually set up: sshd, and a non-root login user with passwordless
+# sudo (Ansible logs in as NODE_USER and becomes root). The host keys are made when a node first starts (the base
+# image's, made by debootstrap, would be one key for every node); the login key is the cluster's (sim_nodes.up).
+NODE_USER = "deploy"
+NODE_ACCESS = (f"useradd --create-home --shell /bin/bash {NODE_USER}; "
+               f"echo '{NODE_USER} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/{NODE_USER}; "
+               f"chmod 0440 /etc/sudoers.d/{NODE_USER}; rm -f /etc/ssh/ssh_host_*")
+# The node's main process: host keys on first start, then sshd in the foreground (its sessions start Ray and the jobs).
+NODE_COMMAND = ("bash", "-c", "ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A; mkdir -p /run/sshd; "
+                "exec /usr/sbin/sshd -D -e")
 
 
 # The simulated tier's CPU adaptations, made in the node image and in the stand-in stack alike (run with the

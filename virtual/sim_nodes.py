@@ -1,16 +1,18 @@
 """The simulated cluster's nodes: three containers on one user-defined Docker network, and Ansible against them.
 
 What this module owns: the node containers (rollout8-sim-head, -w1, -w2) of the node image and their network,
-made idempotently by `up` and removed by `down`; the simulated shared filesystem (one host directory every node
-mounts at the same path); the inventories in virtual/inventory*; and `run_playbook`, ansible-playbook from .venv
-against them, as `make demo`, the cluster tests and the benchmarks run it (`Run`: exit code, output, wall time,
-PLAY RECAP).
+made idempotently by `up` and removed by `down`; how Ansible reaches them (ssh as the non-root login user with
+passwordless sudo, a key the cluster makes, the inventory `up` writes); the simulated shared filesystem (one host
+directory every node mounts at the same path); the inventories (the one `up` writes, virtual/inventory-docker);
+and `run_playbook`, ansible-playbook from .venv against them, as `make demo`, the cluster tests and the benchmarks
+run it (`Run`: exit code, output, wall time, PLAY RECAP).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,13 +20,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim_images import REPO, docker_ok, node_image, sh, wheelhouse
+from sim_images import NODE_COMMAND, NODE_USER, REPO, docker_ok, node_image, sh, wheelhouse
 
 NETWORK = "rollout8-sim"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 LABEL = "rollout8.sim=1"
 HERE = REPO / "virtual"
-INVENTORY = HERE / "inventory" / "hosts.ini"
+# The inventory `up` writes (the nodes' addresses change with every container): the sample's shape, its group
+# variables from virtual/inventory/group_vars, the login user and key of the cluster's access.
+INVENTORY = REPO / ".cache" / "cluster" / "inventory" / "hosts.ini"
+GROUP_VARS = HERE / "inventory" / "group_vars"
+SSH_DIR = REPO / ".cache" / "cluster" / "ssh"
 DOCKER_INVENTORY = HERE / "inventory-docker" / "hosts.ini"
 ANSIBLE_DIR = REPO / "ansible"
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -85,7 +91,9 @@ SHARED_DIR = "/mnt/rollout8-shared"
 
 def up() -> str:
     """The network and the node containers of the current node image, idempotently: a container of the same
-    image and mount is started if stopped and otherwise left alone; any other is replaced. Returns the image."""
+    image and mount is started if stopped and otherwise left alone; any other is replaced. Then the access: the
+    cluster's login key authorized for the login user on every node, their host keys known, the inventory
+    written. Returns the image."""
     image = node_image(wheelhouse())
     SHARED_HOST.mkdir(parents=True, exist_ok=True)
     mount = f"{SHARED_HOST}:{SHARED_DIR}"
@@ -101,9 +109,87 @@ def up() -> str:
             continue
         sh("docker", "rm", "-f", name, check=False, capture=True)
         sh("docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
-           "--init", "--shm-size", "512m", "-v", mount, image, "sleep", "infinity", capture=True)
-    print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)})", file=sys.stderr)
+           "--init", "--shm-size", "512m", "-v", mount, image, *NODE_COMMAND, capture=True)
+    access()
+    print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)}, ssh as "
+          f"{NODE_USER})", file=sys.stderr)
     return image
+
+
+def access() -> Path:
+    """How Ansible reaches the running nodes, made again (a restarted container may have a new address): the
+    cluster's login key authorized for the login user on every node, their host keys known, the inventory written
+    with their addresses. Returns the inventory."""
+    addresses = {name: address(name) for name in NODES}
+    key = login_key()
+    for name in NODES:
+        authorize(name, key.with_suffix(".pub").read_text())
+    known_hosts(addresses)
+    return write_inventory(INVENTORY.parent, addresses, key)
+
+
+def address(name: str) -> str:
+    """The node's address on the cluster network (the controller reaches it there, as a real node's)."""
+    out = sh("docker", "inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{NETWORK}").IPAddress}}}}', name,
+             capture=True).stdout.strip()
+    if not out:
+        raise SystemExit(f"{name} has no address on the {NETWORK} network: `make demo-down`, then again")
+    return out
+
+
+def login_key() -> Path:
+    """The cluster's ssh login key (made once; the controller's side of the nodes' authorized_keys)."""
+    key = SSH_DIR / "id_ed25519"
+    if not key.exists():
+        SSH_DIR.mkdir(parents=True, exist_ok=True)
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "rollout8-sim", "-f", str(key), capture=True)
+    return key
+
+
+def authorize(name: str, public_key: str) -> None:
+    """The login key in the login user's authorized_keys on the node (what a cluster's provisioning does)."""
+    home = f"/home/{NODE_USER}/.ssh"
+    subprocess.run(["docker", "exec", "-i", name, "sh", "-c",
+                    f"install -d -m 0700 -o {NODE_USER} -g {NODE_USER} {home} && cat > {home}/authorized_keys && "
+                    f"chown {NODE_USER}:{NODE_USER} {home}/authorized_keys && chmod 0600 {home}/authorized_keys"],
+                   input=public_key, text=True, check=True, capture_output=True)
+
+
+def known_hosts(addresses: dict[str, str], attempts: int = 60) -> None:
+    """The nodes' host keys, read once sshd answers (bounded: attempts x 0.5 s), into the cluster's known_hosts."""
+    lines = []
+    for name, ip in addresses.items():
+        for _ in range(attempts):
+            scan = sh("ssh-keyscan", "-T", "2", "-t", "ed25519", ip, check=False, capture=True)
+            if scan.stdout.strip():
+                lines.append(scan.stdout.strip())
+                break
+            time.sleep(0.5)
+        else:
+            logs = sh("docker", "logs", "--tail", "5", name, check=False, capture=True)
+            raise SystemExit(f"{name}: sshd does not answer on {ip}:22 after {attempts // 2} s: "
+                             f"{(logs.stdout + logs.stderr).strip()[-300:]}")
+    (SSH_DIR / "known_hosts").write_text("\n".join(lines) + "\n")
+
+
+def write_inventory(directory: Path, addresses: dict[str, str], key: Path) -> Path:
+    """The simulated cluster's inventory, shaped like ansible/inventory/sample (only addresses and user differ):
+    hosts.ini and a copy of virtual/inventory/group_vars in directory."""
+    head, *workers = addresses
+    lines = ["# Written by virtual/sim_nodes.py (`make demo`, the cluster tests) for the containers of this machine.",
+             "[head]", f"{head} ansible_host={addresses[head]}", "", "[workers]",
+             *(f"{w} ansible_host={addresses[w]}" for w in workers), "", "[cluster:children]", "head", "workers", "",
+             "[cluster:vars]",
+             "# a login user with passwordless sudo: the plays become root on the nodes",
+             f"ansible_user={NODE_USER}",
+             "ansible_python_interpreter=/usr/bin/python3",
+             f"ansible_ssh_private_key_file={key}",
+             f"ansible_ssh_common_args=-o UserKnownHostsFile={key.parent / 'known_hosts'}", ""]
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(directory / "group_vars", ignore_errors=True)
+    shutil.copytree(GROUP_VARS, directory / "group_vars")
+    (directory / "hosts.ini").write_text("\n".join(lines))
+    return directory / "hosts.ini"
 
 
 def down() -> None:

@@ -26,7 +26,10 @@ from sim_images import (
     BUILDER,
     CPU_ADAPTATIONS,
     IMAGE_DISK_GB,
+    NODE_ACCESS,
+    NODE_COMMAND,
     NODE_LAYER,
+    NODE_USER,
     REPO,
     STANDIN_LAYER,
     STANDIN_PATH,
@@ -46,6 +49,7 @@ from sim_images import (
 from sim_nodes import (
     ANSIBLE_DIR,
     DOCKER_INVENTORY,
+    GROUP_VARS,
     HERE,
     INVENTORY,
     LABEL,
@@ -54,21 +58,25 @@ from sim_nodes import (
     RECAP,
     SHARED_DIR,
     SHARED_HOST,
+    SSH_DIR,
     Run,
+    access,
     down,
     run_playbook,
     up,
+    write_inventory,
 )
 from sim_runs import MODEL_PRESET, SHIPPED_SPEC, bf16_twin, demo_spec, prepare_run
 
 __all__ = [
     # sim_images
-    "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "IMAGE_DISK_GB", "NODE_LAYER", "REPO", "STANDIN_LAYER",
-    "STANDIN_PATH", "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
+    "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "IMAGE_DISK_GB", "NODE_ACCESS", "NODE_COMMAND",
+    "NODE_LAYER", "NODE_USER", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
+    "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
     "sh", "stack_image", "standin_stack_image", "train_image", "wheelhouse",
     # sim_nodes
-    "ANSIBLE_DIR", "DOCKER_INVENTORY", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODES", "RECAP", "SHARED_DIR",
-    "SHARED_HOST", "Run", "down", "run_playbook", "up",
+    "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODES", "RECAP",
+    "SHARED_DIR", "SHARED_HOST", "SSH_DIR", "Run", "access", "down", "run_playbook", "up", "write_inventory",
     # sim_runs
     "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "prepare_run",
     # sim_demo

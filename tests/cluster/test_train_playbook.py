@@ -46,6 +46,56 @@ def test_converges_and_probe_job_is_green_on_every_node(sim_cluster: Cluster, co
     assert driver["ok"] is True and driver["noset"] == "1" and driver["visible"] is None, driver
 
 
+def test_ansible_logs_in_over_ssh_as_the_login_user_and_becomes_root(sim_cluster: Cluster, converged: Run):
+    """The simulated nodes are reached as real ones are: ssh, a non-root login user, root through its sudo."""
+    assert converged.rc == 0
+    inventory = simcluster.INVENTORY.read_text()
+    assert "ansible_connection" not in inventory and f"ansible_user={simcluster.NODE_USER}" in inventory
+    for node in NODES:
+        logins = subprocess.run(["docker", "logs", node], capture_output=True, text=True).stderr
+        assert f"Accepted publickey for {simcluster.NODE_USER} from" in logins, logins[-2000:]
+        assert "Accepted publickey for root" not in logins
+        assert sim_cluster.node(node, "id", "-u", simcluster.NODE_USER).stdout.strip() != "0"
+        # what the plays made on the node is root's (became), not the login user's
+        owner = sim_cluster.node(node, "stat", "-c", "%U", "/opt/rollout8/run").stdout.strip()
+        assert owner == "root", (node, owner)
+
+
+def test_a_node_whose_sudo_asks_for_a_password_is_refused_naming_it(sim_cluster: Cluster, converged: Run):
+    """Passwordless sudo is checked first, as the login user: one line naming the node and the fix, and no play
+    that changes a node runs (Ansible alone would stop at the first become task with "Missing sudo password")."""
+    assert converged.rc == 0
+    sudoers = f"/etc/sudoers.d/{simcluster.NODE_USER}"
+    sim_cluster.node("rollout8-sim-w1", "sh", "-c", f"echo '{simcluster.NODE_USER} ALL=(ALL) ALL' > {sudoers}")
+    try:
+        refused = sim_cluster.playbook(timeout=300)
+        assert refused.rc != 0
+        out = one_line(refused.output)
+        user = simcluster.NODE_USER
+        assert (f"rollout8-sim-w1: `sudo -n true` as {user} failed (sudo: a password is required): "
+                f"rollout8 becomes root on the nodes through sudo; give {user} passwordless sudo") in out, out[-3000:]
+        assert "rollout8-sim-head: `sudo -n true`" not in out and "TASK [preflight" not in out
+        assert all(r["changed"] == 0 for r in refused.recap().values()), refused.recap()
+    finally:
+        sim_cluster.node("rollout8-sim-w1", "sh", "-c",
+                         f"echo '{simcluster.NODE_USER} ALL=(ALL) NOPASSWD: ALL' > {sudoers}")
+
+
+def test_a_node_without_rsync_is_refused_in_preflight_naming_it(sim_cluster: Cluster, converged: Run):
+    """synchronize runs `sudo rsync` on the node: without it the first transfer would fail with rsync's exit code;
+    preflight names the node and the fix before anything is sent."""
+    assert converged.rc == 0
+    sim_cluster.node("rollout8-sim-w2", "mv", "/usr/bin/rsync", "/usr/bin/rsync.away")
+    try:
+        refused = sim_cluster.playbook("--tags", "preflight", timeout=300)
+        assert refused.rc != 0
+        out = one_line(refused.output)
+        assert "rollout8-sim-w2: rsync is not installed (not on PATH): install it on the node" in out, out[-3000:]
+        assert "rollout8-sim-head: rsync is not installed" not in out
+    finally:
+        sim_cluster.node("rollout8-sim-w2", "mv", "/usr/bin/rsync.away", "/usr/bin/rsync")
+
+
 def test_second_run_changes_nothing(sim_cluster: Cluster, converged: Run):
     assert converged.rc == 0
     again = sim_cluster.playbook()
@@ -191,6 +241,7 @@ def test_stopped_worker_fails_fast_naming_it_then_rerun_converges(sim_cluster: C
         assert sim_cluster.node("rollout8-sim-head", "bash", "-c", "cat /opt/rollout8/run/job-*").stdout == jobs_before
     finally:
         subprocess.run(["docker", "start", "rollout8-sim-w2"], capture_output=True)
+        simcluster.access()  # a restarted node may come back at another address, as a rebooted one can
     rerun = sim_cluster.playbook("-e", "rollout8_relaunch=true")
     assert rerun.rc == 0, rerun.output[-4000:]
     assert "probe job GREEN on all 3 nodes" in rerun.output

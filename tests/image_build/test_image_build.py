@@ -31,7 +31,7 @@ from rollout8.lock import load_lock
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = os.environ.get("ROLLOUT8_TEST_BASE_IMAGE", "rollout8/bookworm-base:3")
+BASE = os.environ.get("ROLLOUT8_TEST_BASE_IMAGE", "rollout8/bookworm-base:4")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 WHEELS = ROOT / ".cache" / "foundation" / "wheels"
 # ROLLOUT8_TEST_BUNDLE_TAG: another tag, so two checkouts on one machine do not replace each other's image

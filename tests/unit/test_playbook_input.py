@@ -198,11 +198,12 @@ def test_the_sample_inventory_passes_and_a_typo_on_one_of_its_workers_does_not(t
 
 
 def test_the_simulated_cluster_inventory_passes_the_host_checks(tmp_path):
-    """virtual/inventory as `make demo` runs it (the -e values of virtual/sim_nodes.py); a bad -e value names no
-    host (it is every host's)."""
-    import shutil
+    """The simulated cluster's inventory as `make demo` writes it (virtual/sim_nodes.py, here with loopback
+    addresses) and runs it (its -e values); a bad -e value names no host (it is every host's)."""
+    import simcluster
 
-    shutil.copytree(REPO / "virtual" / "inventory", tmp_path / "inventory")
+    addresses = {name: f"127.0.0.{20 + i}" for i, name in enumerate(simcluster.NODES)}
+    simcluster.write_inventory(tmp_path / "inventory", addresses, tmp_path / "id_ed25519")
     sim = ("-e", f"rollout8_bundle_wheel={tmp_path}/x.whl", "-e", "rollout8_job_kind=verl",
            "-e", "rollout8_verify_follow=true")
     rc, out = play(tmp_path, *sim, inventory=None)

@@ -180,7 +180,7 @@ def test_absent_leaves_a_directory_rollout8_did_not_make_untouched_and_says_why(
 needs_ansible = pytest.mark.skipif(not PLAYBOOK.exists(), reason="ansible-playbook is not in this venv (make venv)")
 
 INVENTORY = f"""[head]
-node-a ansible_connection=local ansible_python_interpreter={sys.executable}
+node-a ansible_connection=local ansible_become=false ansible_python_interpreter={sys.executable}
 [workers]
 [cluster:children]
 head
