@@ -62,11 +62,14 @@ def latest_driver_log(work: Path) -> str:
 
 
 def docker_spec(work: Path) -> Path:
-    """The simulated cluster's run spec, for one node with this test's deploy root."""
+    """The simulated cluster's run spec, for one node with this test's deploy root, on shared storage: the models
+    and data are read where they are (this machine's .cache/cluster/run, outside the deploy root and any shared
+    directory), which only a training container that mounts them can do."""
     run_spec = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
     spec = work / "docker-run.yaml"
     text = run_spec.read_text().replace("nnodes: 3", "nnodes: 1").replace("name: tiny-cpu-sim", "name: tiny-cpu-docker")
-    text = text.replace("/var/lib/rollout8/runs/tiny-cpu-sim", ROOT)
+    text = text.replace("  root: /var/lib/rollout8/runs/tiny-cpu-sim", f"  root: {ROOT}\n  shared_storage: true")
+    assert "shared_storage: true" in text
     text = text.replace(" tiny/", f" {run_spec.parent}/tiny/").replace(" data/", f" {run_spec.parent}/data/")
     spec.write_text(text)
     return spec
@@ -169,6 +172,11 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
         inspect = json.loads(subprocess.run(["docker", "inspect", CONTAINER], capture_output=True, text=True,
                                             check=True).stdout)[0]
         assert inspect["HostConfig"]["NetworkMode"] == "host"
+        # the shared-storage models and data, mounted read-only at their own paths: the probe's artifacts check
+        # (every file's sha256, read inside the container) is green only through them
+        run_dir = REPO / ".cache" / "cluster" / "run"
+        for path in (run_dir / "tiny" / "bf16", run_dir / "tiny" / "int8", run_dir / "data" / "train.parquet"):
+            assert f"{path}:{path}:ro" in inspect["HostConfig"]["Binds"], inspect["HostConfig"]["Binds"]
         assert f"FLASHRL_CONFIG={ROOT}/flashrl.yaml" in inspect["Config"]["Env"]
         # built by docker/Dockerfile's bundle stage: its entrypoint, its labels
         assert inspect["Config"]["Entrypoint"] == ["/usr/local/bin/rollout8-entrypoint"]

@@ -96,6 +96,25 @@ def test_a_node_without_rsync_is_refused_in_preflight_naming_it(sim_cluster: Clu
         sim_cluster.node("rollout8-sim-w2", "mv", "/usr/bin/rsync.away", "/usr/bin/rsync")
 
 
+def test_shared_storage_artifacts_missing_on_the_nodes_are_refused_in_preflight(sim_cluster: Cluster,
+                                                                                 converged: Run, tmp_path):
+    """deploy.shared_storage: true with models and data that exist on the controller only: every node is named with
+    what it lacks before any container or copy is made (Docker would mount an empty directory in their place)."""
+    assert converged.rc == 0
+    run = sim_cluster.spec.parent
+    text = sim_cluster.spec.read_text().replace(" tiny/", f" {run}/tiny/").replace(" data/", f" {run}/data/")
+    spec = tmp_path / "shared-run.yaml"
+    spec.write_text(text.replace("deploy:\n", "deploy:\n  shared_storage: true\n"))
+    refused = sim_cluster.playbook("--tags", "preflight", spec=spec, timeout=300)
+    assert refused.rc != 0
+    out = one_line(refused.output)
+    missing = ", ".join(f"{run}/{p}" for p in ("data/reward.py", "data/train.parquet", "data/val.parquet",
+                                               "tiny/bf16", "tiny/int8", "tiny/profile.pt"))
+    for node in NODES:
+        assert f"{node}: {missing} not on this node; with deploy.shared_storage: true" in out, out[-3000:]
+    assert all(r["changed"] == 0 for r in refused.recap().values()), refused.recap()
+
+
 def test_second_run_changes_nothing(sim_cluster: Cluster, converged: Run):
     assert converged.rc == 0
     again = sim_cluster.playbook()

@@ -153,3 +153,45 @@ def test_plan_is_the_plan_roles_one_command_profile_when_missing_and_verify_quan
     again = json.loads(capsys.readouterr().out)
     assert again["profile_written"] is None and again["verify_quant"] == {"report": str(report), "cached": True}
     assert report.stat().st_mtime_ns == stamp
+
+
+def test_shared_storage_paths_are_what_the_training_container_mounts_and_one_it_cannot_is_refused(
+        tiny_spec, tmp_path, capsys):
+    """deploy.shared_storage: the models and data are read where the spec names them; the plan lists what the
+    training container must mount at the same path (outermost once, nothing the deploy root or the shared directory
+    holds already), and refuses, naming the field, a path that a mount cannot carry or would hide the image with."""
+    spec = yaml.safe_load(tiny_spec.read_text())
+    spec["deploy"] = {"shared_storage": True}
+    spec["cluster"]["shared_dir"] = str(tmp_path / "shared")
+    spec["data"]["val"] = str(tmp_path / "shared" / "val.parquet")  # inside shared_dir: mounted already
+    (tmp_path / "shared").mkdir()
+    Path(spec["data"]["val"]).write_bytes(Path(yaml.safe_load(tiny_spec.read_text())["data"]["val"]).read_bytes())
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    plan = build_plan(path, tmp_path / "plan", "rollout8")
+    assert plan.copies and all(c.what in ("flashrl", "launch") for c in plan.copies)  # nothing else is copied
+    expected = sorted({spec["model"]["bf16"], spec["model"]["int8"], spec["model"]["profile"], spec["data"]["train"]})
+    assert plan.mounts == expected
+    # the mounts do not change the job's identity (they follow from node_paths)
+    assert Plan.from_json({**plan.to_json(), "mounts": []}).identity() == plan.identity()
+
+    spec["model"]["profile"] = str(Path(spec["model"]["int8"]) / "profile.pt")  # inside a mounted model
+    shutil_copy(tmp_path / "profile.pt", spec["model"]["profile"])
+    path.write_text(yaml.safe_dump(spec))
+    assert spec["model"]["profile"] not in build_plan(path, tmp_path / "plan", "rollout8").mounts
+
+    for bad, problem in (("/usr/share/models/int8", "lies inside /usr, the image's own software"),
+                         ("/opt", "is a top-level system directory"),
+                         ("/data/a:b/int8", "holds ':' or ','")):
+        spec["model"]["int8"] = bad
+        path.write_text(yaml.safe_dump(spec))
+        assert main(["plan", str(path), "-o", str(tmp_path / "bad")]) != 0
+        err = capsys.readouterr().err
+        assert f"model.int8: {bad} {problem}" in err and "the training container could not see it" in err, err
+        assert not (tmp_path / "bad" / PLAN_FILE).exists()
+
+
+def shutil_copy(src: Path, dest: str) -> None:
+    import shutil
+
+    shutil.copyfile(src, dest)

@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import ModelError
 from ..yamlio import load_json
 from .check_common import Collector
+from .node_path import mount_problem, node_absolute
 from .runspec import RunSpec
 
 MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
@@ -37,6 +38,16 @@ def check_paths(c: Collector, spec: RunSpec) -> None:
             if not PurePosixPath(str(local)).is_absolute():
                 c.error("flashrl-paths", field, f"{local} must be an absolute path on every node "
                         "(deploy.shared_storage: true); a relative FlashRL path is taken for a hub id")
+                continue
+            try:
+                problem = mount_problem(node_absolute(str(local)))
+            except ValueError as exc:
+                problem = f"cannot be a node path: {exc}"
+            if problem:
+                c.error("flashrl-paths", field, f"{local} {problem}: the training container could not see it "
+                        "(each shared-storage path is mounted into it at the same path); move it into a "
+                        "directory of its own on the shared storage")
+                continue
             elif not Path(local).exists():
                 c.info("flashrl-paths", field, f"{local} is not on this machine: not checked here "
                        "(shared storage; the probe job checks it on every node)")

@@ -67,3 +67,38 @@ def deploy_root_problem(root: str) -> str | None:
 def within(path: str, directory: str) -> bool:
     """path is directory or lies inside it (both normalised absolute paths)."""
     return path == directory or directory == "/" or path.startswith(directory.rstrip("/") + "/")
+
+
+# With deploy.shared_storage the models, profile and data are read where the spec names them, on every node; the
+# docker runtime mounts each into the training container at the same path (read-only; ansible/roles/runtime). A
+# path cannot be such a mount when Docker's volume syntax cannot carry it, or when mounted it would hide the
+# image's own files: /, a top-level system directory, the image's software (/usr, /etc, /bin, /sbin, /lib*) or a
+# kernel or memory filesystem and the NPU driver's tree (mounted from the node already).
+IMAGE_TREES = frozenset(("bin", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr"))
+
+
+def mount_problem(path: str) -> str | None:
+    """Why a normalised absolute path cannot be mounted into the training container at the same path, or None."""
+    if ":" in path or "," in path:
+        return "holds ':' or ',', which a Docker volume cannot carry"
+    parts = path.strip("/").split("/") if path != "/" else []
+    if not parts:
+        return "is / (the whole filesystem)"
+    if len(parts) == 1 and parts[0] in SYSTEM_TOP:
+        return "is a top-level system directory"
+    for tree, what in NOT_STORAGE.items():
+        if within(path, tree):
+            return f"lies inside {tree} ({what})"
+    if parts[0] in IMAGE_TREES:
+        return f"lies inside /{parts[0]}, the image's own software"
+    return None
+
+
+def container_mounts(paths: list[str], mounted: list[str]) -> list[str]:
+    """What a training container must mount, each at its own path, to see every one of paths: those not inside a
+    directory it mounts already (mounted) nor inside another of paths, sorted."""
+    chosen: list[str] = []
+    for path in sorted(set(paths), key=lambda p: (p.count("/"), p)):
+        if not any(within(path, directory) for directory in (*mounted, *chosen)):
+            chosen.append(path)
+    return sorted(chosen)

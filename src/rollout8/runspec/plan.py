@@ -14,7 +14,10 @@
   id: the same plan gives the same id, so a re-run does not launch a finished job twice), `image` (the training
   image of this bundle's lock, `rollout8 lock --get image`, what `make image` tags: the roles' default
   rollout8_image; not part of the job's identity, since an inventory may name another), `shared_dir` and
-  `checkpoint_dir` (cluster.shared_dir, proven shared by preflight; verl's checkpoints, resumed by a resubmission);
+  `checkpoint_dir` (cluster.shared_dir, proven shared by preflight; verl's checkpoints, resumed by a resubmission),
+  `mounts` (with deploy.shared_storage: the artifact paths outside the deploy root and the shared directory, which
+  the docker runtime mounts read-only into the training container at the same path; derived from node_paths, so
+  not part of the job's identity);
 - `arrival.json`: the copies again, each with its files (node path, size, mtime, sha256): what each node's arrival
   ledger (`<deploy root>/.rollout8-arrival.json`) is checked against;
 - `send/`: the deploy root as symlinks to the copies' sources, what the artifacts role's one rsync per node sends.
@@ -38,6 +41,7 @@ from ..models import StrictModel
 from ..yamlio import load_json
 from . import check as check_rules
 from .flashrl_config import dump_config
+from .node_path import container_mounts
 from .render import FLASHRL_FILE, LAUNCH_FILE, launch_text, render
 from .runspec import RunSpec, load_spec
 
@@ -78,6 +82,7 @@ class Plan(StrictModel):
     image: str = ""
     shared_dir: str | None = None
     checkpoint_dir: str | None = None
+    mounts: list[str] = []
 
     def to_json(self) -> dict:
         data = self.model_dump(mode="json")
@@ -92,7 +97,7 @@ class Plan(StrictModel):
 
     def identity(self) -> str:
         """The job's identity: what runs and on which bytes (not where the controller keeps its copies)."""
-        fields = {k: v for k, v in self.to_json().items() if k not in ("copies", "job_id", "image")}
+        fields = {k: v for k, v in self.to_json().items() if k not in ("copies", "job_id", "image", "mounts")}
         return sha256_json(fields)[:12]
 
 
@@ -233,6 +238,9 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
         entrypoints={"probe": shlex.join(probe), "verl": shlex.join(["bash", node_paths["launch"]])},
         training_steps=int(steps[1]) if steps[0] and steps[1] is not None else None,
         image=load_lock().image_ref(), shared_dir=spec.cluster.shared_dir, checkpoint_dir=spec.checkpoint_dir,
+        mounts=container_mounts([node_paths[what] for what in spec.artifacts()],
+                                [root] + ([spec.cluster.shared_dir] if spec.cluster.shared_dir else []))
+        if spec.deploy.shared_storage else [],
     )
     plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
     text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"
