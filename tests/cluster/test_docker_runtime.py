@@ -161,12 +161,20 @@ def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
                     f"IMAGE={image}", f"IMAGE_TARBALL={tarball}"], check=True)
     assert json.loads(Path(f"{tarball}.json").read_text())["image"] == image
     subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
-    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)  # a previous run's: the role must load it
+    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)  # a previous run's
+    # An older build under the same tag (here: the base image): the role compares the node's image id with the one
+    # `make image-save` recorded beside the tarball, and loads the tarball instead of keeping the stale image.
+    subprocess.run(["docker", "tag", simcluster.BASE_IMAGE, image], check=True)
+    saved_id = json.loads(Path(f"{tarball}.json").read_text())["id"]
+    saved_id = saved_id if saved_id.startswith("sha256:") else f"sha256:{saved_id}"
 
     try:
         rc, out = playbook(work, spec, image, tarball)
         assert rc == 0, out[-5000:]
         assert "Docker load" in out and "changed: [localhost]" in out
+        loaded = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        assert loaded == saved_id, f"the node keeps {loaded}, the tarball holds {saved_id}"
         assert not staged.exists(), "the image role left its staged copy of the tarball on the node"
         assert "probe job GREEN on all 1 nodes" in out
         inspect = json.loads(subprocess.run(["docker", "inspect", CONTAINER], capture_output=True, text=True,
