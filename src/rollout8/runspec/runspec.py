@@ -161,7 +161,8 @@ class DeploySpec(_Strict):
                           "with '..' or one inside cluster.shared_dir; default /var/lib/rollout8/runs/<name>.")
     shared_storage: bool = Field(
         False, description="true: model, profile and data paths are already valid on every node (shared "
-                           "storage, absolute paths) and are not copied.")
+                           "storage, absolute paths) and are not copied; the docker runtime mounts each read-only "
+                           "into the training container at the same path.")
 
     @field_validator("root")
     @classmethod
