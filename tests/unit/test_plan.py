@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -175,10 +176,14 @@ def test_shared_storage_paths_are_what_the_training_container_mounts_and_one_it_
     # the mounts do not change the job's identity (they follow from node_paths)
     assert Plan.from_json({**plan.to_json(), "mounts": []}).identity() == plan.identity()
 
-    spec["model"]["profile"] = str(Path(spec["model"]["int8"]) / "profile.pt")  # inside a mounted model
-    shutil_copy(tmp_path / "profile.pt", spec["model"]["profile"])
+    # a profile inside a mounted model directory (a copy of the session's pair: never write into it)
+    shutil.copytree(spec["model"]["int8"], tmp_path / "int8")
+    spec["model"]["int8"] = str(tmp_path / "int8")
+    spec["model"]["profile"] = str(tmp_path / "int8" / "profile.pt")
+    shutil.copyfile(tmp_path / "profile.pt", spec["model"]["profile"])
     path.write_text(yaml.safe_dump(spec))
-    assert spec["model"]["profile"] not in build_plan(path, tmp_path / "plan", "rollout8").mounts
+    assert build_plan(path, tmp_path / "plan", "rollout8").mounts == sorted(
+        {spec["model"]["bf16"], spec["model"]["int8"], spec["data"]["train"]})
 
     for bad, problem in (("/usr/share/models/int8", "lies inside /usr, the image's own software"),
                          ("/opt", "is a top-level system directory"),
@@ -189,9 +194,3 @@ def test_shared_storage_paths_are_what_the_training_container_mounts_and_one_it_
         err = capsys.readouterr().err
         assert f"model.int8: {bad} {problem}" in err and "the training container could not see it" in err, err
         assert not (tmp_path / "bad" / PLAN_FILE).exists()
-
-
-def shutil_copy(src: Path, dest: str) -> None:
-    import shutil
-
-    shutil.copyfile(src, dest)
