@@ -2,7 +2,8 @@
 
 On the 3 simulated nodes (fresh containers), a model-shaped tree (a few large shards, small config files, a data
 file; ROLLOUT8_BENCH_DIST_GB per node, default 2) is sent, one after the other:
-1. by `rsync -rt` to every node at once (over `docker exec -i`, the simulated nodes' transport): the limit here;
+1. by `rsync -rt` to every node at once (over ssh as the login user, `sudo rsync` on the node, as the role's
+   rsync runs): the limit here;
 2. by the artifacts role (bench/dist.yml: check the node's arrival ledger, one rsync per node of the plan's send
    tree, seal what arrived), to an empty deploy root: the first distribution;
 3. by the same playbook again, nothing changed: the no-change re-check (a stat per file, nothing read or sent).
@@ -85,9 +86,13 @@ def _rsync_all(nodes: tuple[str, ...], src: Path) -> float:
     """rsync -rt of the tree to every node at once (one stream each), as the artifacts role's rsync is run."""
     for node in nodes:
         subprocess.run(["docker", "exec", node, "mkdir", "-p", BASELINE_ROOT], check=True)
+    import simcluster
+
+    key = simcluster.SSH_DIR / "id_ed25519"
+    rsh = f"ssh -i {key} -o UserKnownHostsFile={simcluster.SSH_DIR / 'known_hosts'} -l {simcluster.NODE_USER}"
     start = time.monotonic()
-    procs = [subprocess.Popen(["rsync", "-rt", "--chmod=D0755,F0644", "--rsh=docker exec -i", f"{src}/",
-                               f"{node}:{BASELINE_ROOT}/"]) for node in nodes]
+    procs = [subprocess.Popen(["rsync", "-rt", "--chmod=D0755,F0644", f"--rsh={rsh}", "--rsync-path=sudo rsync",
+                               f"{src}/", f"{simcluster.address(node)}:{BASELINE_ROOT}/"]) for node in nodes]
     rcs = [p.wait(timeout=3600) for p in procs]
     seconds = time.monotonic() - start
     if any(rcs):

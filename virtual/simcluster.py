@@ -61,6 +61,7 @@ from sim_nodes import (
     SSH_DIR,
     Run,
     access,
+    address,
     down,
     run_playbook,
     up,
@@ -76,7 +77,7 @@ __all__ = [
     "sh", "stack_image", "standin_stack_image", "train_image", "wheelhouse",
     # sim_nodes
     "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODES", "RECAP",
-    "SHARED_DIR", "SHARED_HOST", "SSH_DIR", "Run", "access", "down", "run_playbook", "up", "write_inventory",
+    "SHARED_DIR", "SHARED_HOST", "SSH_DIR", "Run", "access", "address", "down", "run_playbook", "up", "write_inventory",
     # sim_runs
     "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "prepare_run",
     # sim_demo
