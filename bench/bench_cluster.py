@@ -24,16 +24,12 @@ SIZES = (1, 2, 3)
 
 
 def _inventory(path: Path, nodes: list[str]) -> Path:
-    """The simulated cluster's inventory (hosts.ini and its group_vars) with the head and the first N-1 workers."""
+    """The simulated cluster's inventory (hosts.ini and its group_vars, as `up` writes it) with the head and the
+    first N-1 workers, in path's directory."""
     import simcluster
 
-    shutil.copytree(simcluster.INVENTORY.parent / "group_vars", path.parent / "group_vars", dirs_exist_ok=True)
-    original = simcluster.INVENTORY.read_text()
-    hosts = {line.split()[0]: line for line in original.splitlines() if line.startswith(simcluster.NODES)}  # + address
-    head, workers = nodes[0], nodes[1:]
-    path.write_text(f"[head]\n{hosts[head]}\n\n[workers]\n" + "".join(f"{hosts[w]}\n" for w in workers) + "\n"
-                    + original[original.index("[cluster:children]"):])
-    return path
+    addresses = {node: simcluster.address(node) for node in nodes}
+    return simcluster.write_inventory(path.parent, addresses, simcluster.SSH_DIR / "id_ed25519")
 
 
 def _spec(base: Path, nnodes: int) -> Path:
