@@ -12,6 +12,7 @@ helpers (`sh`, `docker_ok`) the other sim_* modules run commands with.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -63,7 +64,7 @@ def stack_image(house: Path) -> str:
 # adaptations (vLLM's platform dist-info, the GLIBCXX relaxation, the CPU int8 ops), the CPU bridges of a verl
 # run (virtual/cpu_bridges/), the bundle's patches (applied to FlashRL and verl as the training image does).
 NODE_LAYER = ("virtual/engine/cpu_engine_support.py", "virtual/cpu_bridges/rollout8_cpu_bridges.py", "patches",
-              "src/rollout8/node/patches.py")
+              "src/rollout8/node/patches.py", "virtual/node-init.sh")
 
 
 def content_key(seed: str, names: tuple[str, ...]) -> str:
@@ -81,14 +82,16 @@ def node_image(house: Path) -> str:
     """The simulated node: the stack image, machine adaptations made, the CPU bridges in site-packages,
     patches/ applied to FlashRL and verl (seconds on top of the cached stack image)."""
     stack = stack_image(house)
-    image = f"rollout8/sim-node:{content_key(f'{stack} {NODE_ACCESS}', NODE_LAYER)}"
+    image = f"rollout8/sim-node:{content_key(f'{stack} {NODE_ACCESS} {NODE_DAEMON}', NODE_LAYER)}"
     if docker_ok("image", "inspect", image):
         print(f">> node image {image} already built", file=sys.stderr)
         return image
-    print(f">> node image {image}: CPU adaptations and patches on {stack}", file=sys.stderr)
-    script = (f"{CPU_ADAPTATIONS}; {NODE_ACCESS}; "
+    print(f">> node image {image}: Docker, CPU adaptations and patches on {stack}", file=sys.stderr)
+    script = (f"set -e; {NODE_DAEMON}; {CPU_ADAPTATIONS}; {NODE_ACCESS}; "
+              "install -m 0755 /repo/virtual/node-init.sh /usr/local/sbin/rollout8-node-init; "
               "PYTHONPATH=/repo/src $V -m rollout8 patches apply --target $S --component all")
-    _commit(image, stack, script, f"{REPO}:/repo:ro")
+    # the network for Debian's mirror (the Docker packages); the stack below it was installed with none
+    _commit(image, stack, script, f"{REPO}:/repo:ro", network="bridge")
     return image
 
 
@@ -99,9 +102,13 @@ NODE_USER = "deploy"
 NODE_ACCESS = (f"useradd --create-home --shell /bin/bash {NODE_USER}; "
                f"echo '{NODE_USER} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/{NODE_USER}; "
                f"chmod 0440 /etc/sudoers.d/{NODE_USER}; rm -f /etc/ssh/ssh_host_*")
-# The node's main process: host keys on first start, then sshd in the foreground (its sessions start Ray and the jobs).
-NODE_COMMAND = ("bash", "-c", "ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A; mkdir -p /run/sshd; "
-                "exec /usr/sbin/sshd -D -e")
+# Each node runs its own Docker daemon, as an Atlas node does (Debian's docker.io; python3-requests for the
+# community.docker modules, which run with the node's Python).
+NODE_DAEMON = ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+               "docker.io tini python3-requests >/dev/null && rm -rf /var/lib/apt/lists/*")
+# The node's main process (virtual/node-init.sh): host keys on first start, the node's dockerd in the background,
+# sshd in the foreground (its sessions start the training containers, or Ray and the jobs on the host runtime).
+NODE_COMMAND = ("/usr/local/sbin/rollout8-node-init",)
 
 
 # The simulated tier's CPU adaptations, made in the node image and in the stand-in stack alike (run with the
@@ -145,13 +152,15 @@ def _prune_superseded(image: str, engine: str = "docker") -> None:
             print(f">> removed superseded image {old}", file=sys.stderr)
 
 
-def _commit(image: str, base: str, script: str, volume: str, changes: tuple[str, ...] = ()) -> None:
-    """Run script in a container of base with no network (the air-gapped path, for real), commit it as image."""
+def _commit(image: str, base: str, script: str, volume: str, changes: tuple[str, ...] = (),
+            network: str = "none") -> None:
+    """Run script in a container of base, with no network by default (the air-gapped path, for real), commit it
+    as image."""
     root = sh("docker", "info", "-f", "{{.DockerRootDir}}", check=False, capture=True).stdout.strip()
     need_disk(root or "/var/lib/docker", IMAGE_DISK_GB.get(image.rsplit(":", 1)[0], 1), f"building {image}")
     builder = "rollout8-sim-build-" + image.replace("/", "-").replace(":", "-")
     sh("docker", "rm", "-f", builder, check=False, capture=True)
-    sh("docker", "run", "--name", builder, "--network", "none", "-v", volume, base, "bash", "-c", script)
+    sh("docker", "run", "--name", builder, "--network", network, "-v", volume, base, "bash", "-c", script)
     flags = [arg for change in ('CMD ["sleep", "infinity"]', *changes) for arg in ("-c", change)]
     sh("docker", "commit", *flags, builder, image, capture=True)
     sh("docker", "rm", builder, capture=True)
@@ -227,3 +236,23 @@ def train_image() -> str:
        *([f"CA_BUNDLE={ca}"] if ca.is_file() else []))
     _prune_superseded(image, engine=BUILDER)
     return image
+
+
+def train_tarball(directory: Path) -> tuple[str, Path]:
+    """The training image (train_image) and its `make image-save` tarball in directory, written once per image
+    (its name carries the image's content key; superseded ones are removed). Uncompressed: on this machine gzip
+    took 4 minutes of CPU to write the 8 GB image as 4.2 GB, and every node would spend more to unpack it; the
+    .tar.gz that `make image-save` writes by default is for a real network."""
+    image = train_image()
+    tarball = directory / f"{image.replace('/', '_').replace(':', '_')}.tar"
+    record = tarball.with_name(tarball.name + ".json")
+    if tarball.is_file() and record.is_file() and json.loads(record.read_text()).get("image") == image:
+        return image, tarball
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("rollout8_sim-train_*"):
+        old.unlink()
+    need_disk(str(directory), IMAGE_DISK_GB["rollout8/sim-stack"], f"saving {image} to {directory}")
+    print(f">> make image-save: {image} -> {tarball}", file=sys.stderr)
+    sh("make", "--no-print-directory", "image-save", f"ENGINE={BUILDER}", f"IMAGE={image}",
+       f"IMAGE_TARBALL={tarball}", f"PYTHON={sys.executable}")
+    return image, tarball

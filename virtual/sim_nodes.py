@@ -87,6 +87,16 @@ def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, wheel: Pa
 # same path, for cluster.shared_dir (verl's checkpoints, resumed after a node failure).
 SHARED_HOST = REPO / ".cache" / "cluster" / "shared"
 SHARED_DIR = "/mnt/rollout8-shared"
+# Each node's own Docker daemon keeps its data root (the images it loaded) on the node's volume: what a real node's
+# disk is. It outlives the container (a re-run of `make demo` finds the training image loaded); `down` removes it.
+# The daemon needs what --privileged gives, less CAP_SYS_RESOURCE: a sandbox whose Docker lacks a capability
+# refuses --privileged outright ("unable to apply caps"), seen on the machines this project runs on.
+NODE_PRIVILEGE = ("--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
+                  "--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined")
+
+
+def node_volume(name: str) -> str:
+    return f"{name}-docker"
 
 
 def up() -> str:
@@ -104,20 +114,23 @@ def up() -> str:
             raise SystemExit("the base image could not be built (scripts/make-base-image.sh, output above)")
     image = node_image(house)
     SHARED_HOST.mkdir(parents=True, exist_ok=True)
-    mount = f"{SHARED_HOST}:{SHARED_DIR}"
     if not docker_ok("network", "inspect", NETWORK):
         sh("docker", "network", "create", "--label", LABEL, NETWORK, capture=True)
     for name in NODES:
-        state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}{{.Source}}:"
-                   "{{.Destination}}{{end}}", name, check=False, capture=True)
+        mounts = sorted([f"{SHARED_HOST}:{SHARED_DIR}", f"{node_volume(name)}:/var/lib/docker"])
+        state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}"
+                   "{{if .Name}}{{.Name}}{{else}}{{.Source}}{{end}}:{{.Destination}} {{end}}", name,
+                   check=False, capture=True)
         fields = state.stdout.split()
-        if state.returncode == 0 and fields[1:] == [image, mount]:
+        if state.returncode == 0 and fields[1] == image and sorted(fields[2:]) == mounts:
             if fields[0] != "true":
                 sh("docker", "start", name, capture=True)
             continue
         sh("docker", "rm", "-f", name, check=False, capture=True)
         sh("docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
-           "--init", "--shm-size", "512m", "-v", mount, image, *NODE_COMMAND, capture=True)
+           "--init", "--shm-size", "512m", *NODE_PRIVILEGE, *(arg for m in mounts for arg in ("-v", m)),
+           image, *NODE_COMMAND, capture=True)
+    daemons_up()
     access()
     print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)}, ssh as "
           f"{NODE_USER})", file=sys.stderr)
@@ -134,6 +147,20 @@ def access() -> Path:
         authorize(name, key.with_suffix(".pub").read_text())
     known_hosts(addresses)
     return write_inventory(INVENTORY.parent, addresses, key)
+
+
+def daemons_up(attempts: int = 120) -> None:
+    """Wait until every node's own Docker daemon answers (bounded: attempts x 0.5 s); its log names why not."""
+    for name in NODES:
+        for _ in range(attempts):
+            if sh("docker", "exec", name, "docker", "info", "-f", "{{.ServerVersion}}", check=False,
+                  capture=True).returncode == 0:
+                break
+            time.sleep(0.5)
+        else:
+            log = sh("docker", "exec", name, "tail", "-n", "5", "/var/log/dockerd.log", check=False, capture=True)
+            raise SystemExit(f"{name}: its Docker daemon does not answer after {attempts // 2} s: "
+                             f"{(log.stdout + log.stderr).strip()[-400:]}")
 
 
 def address(name: str) -> str:
@@ -201,8 +228,10 @@ def write_inventory(directory: Path, addresses: dict[str, str], key: Path) -> Pa
 
 
 def down() -> None:
-    """Remove the node containers and the network (images, wheelhouse and the shared directory stay)."""
+    """Remove the node containers, their volumes (each node's Docker data: the images it loaded) and the network
+    (images, wheelhouse and the shared directory stay)."""
     for name in NODES:
         sh("docker", "rm", "-f", name, check=False, capture=True)
+        sh("docker", "volume", "rm", node_volume(name), check=False, capture=True)
     sh("docker", "network", "rm", NETWORK, check=False, capture=True)
     print(">> simulated cluster removed", file=sys.stderr)

@@ -44,6 +44,7 @@ from sim_images import (
     stack_image,
     standin_stack_image,
     train_image,
+    train_tarball,
     wheelhouse,
 )
 from sim_nodes import (
@@ -54,6 +55,7 @@ from sim_nodes import (
     INVENTORY,
     LABEL,
     NETWORK,
+    NODE_PRIVILEGE,
     NODES,
     RECAP,
     SHARED_DIR,
@@ -62,7 +64,9 @@ from sim_nodes import (
     Run,
     access,
     address,
+    daemons_up,
     down,
+    node_volume,
     run_playbook,
     up,
     write_inventory,
@@ -74,10 +78,11 @@ __all__ = [
     "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "IMAGE_DISK_GB", "NODE_ACCESS", "NODE_COMMAND",
     "NODE_LAYER", "NODE_USER", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
     "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
-    "sh", "stack_image", "standin_stack_image", "train_image", "wheelhouse",
+    "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
-    "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODES", "RECAP",
-    "SHARED_DIR", "SHARED_HOST", "SSH_DIR", "Run", "access", "address", "down", "run_playbook", "up", "write_inventory",
+    "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODE_PRIVILEGE", "NODES",
+    "RECAP", "SHARED_DIR", "SHARED_HOST", "SSH_DIR", "Run", "access", "address", "daemons_up", "down", "node_volume",
+    "run_playbook", "up", "write_inventory",
     # sim_runs
     "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "prepare_run",
     # sim_demo

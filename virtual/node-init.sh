@@ -1,0 +1,29 @@
+#!/bin/bash
+# The simulated node's main process (virtual/README.md), as an Atlas node boots: sshd for Ansible, and the node's
+# own Docker daemon, its data root on the node's volume (/var/lib/docker), for the training container.
+#   1. host keys on first start (the image's would be one key for every node);
+#   2. cgroups writable: a container sees its cgroup hierarchies read-only, and dockerd makes one cgroup per
+#      container. cgroup v1: each hierarchy is mounted again read-write (the node's containers go under
+#      /rollout8-sim/<node>); v2: the namespace's root is remounted read-write and this script's processes move
+#      to a child, since v2 puts no process in a cgroup that has children;
+#   3. dockerd in the background (log: /var/log/dockerd.log). No bridge and no iptables rules: the training
+#      container uses the node's network (network_mode: host), as on a real node;
+#   4. sshd in the foreground.
+set -u
+ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
+mkdir -p /run/sshd
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  mount -o remount,rw /sys/fs/cgroup
+  mkdir -p /sys/fs/cgroup/init
+  xargs -rn1 </sys/fs/cgroup/cgroup.procs >/sys/fs/cgroup/init/cgroup.procs 2>/dev/null || true
+  sed -e 's/ / +/g' -e 's/^/+/' </sys/fs/cgroup/cgroup.controllers >/sys/fs/cgroup/cgroup.subtree_control || true
+else
+  awk '$3 == "cgroup" {print $2, $4}' /proc/self/mounts | while read -r dir opts; do
+    controllers=$(echo "$opts" | tr ',' '\n' | grep -v -x -E 'ro|rw|nosuid|nodev|noexec|relatime' | paste -sd,)
+    case $controllers in name=*) controllers=none,$controllers ;; esac
+    umount "$dir" && mount -t cgroup -o "$controllers" cgroup "$dir" || echo "node-init: $dir stays read-only" >&2
+  done
+fi
+dockerd --data-root /var/lib/docker --bridge none --iptables=false --cgroup-parent "/rollout8-sim/$(hostname)" \
+  >/var/log/dockerd.log 2>&1 &
+exec /usr/sbin/sshd -D -e
