@@ -47,7 +47,7 @@ test: sysdeps venv ## run the whole test suite on this machine (CPU; starts Dock
 
 # ---------------------------------------------------------------- simulated cluster (virtual/)
 .PHONY: demo
-demo: sysdeps venv ## the simulated 3-node cluster (virtual/) trains: ansible/train.yml, verl GRPO with int8 rollouts, verdict per rank
+demo: sysdeps venv ## the simulated 3-node cluster (virtual/) trains in training containers: ansible/train.yml, verl GRPO with int8 rollouts, verdict per rank
 	$(PY) virtual/simcluster.py demo $(DEMO_ARGS)
 
 .PHONY: demo-compare
@@ -55,7 +55,7 @@ demo-compare: sysdeps venv ## the demo's int8 run and its bf16 twin on the simul
 	$(PY) virtual/simcluster.py compare $(DEMO_ARGS)
 
 .PHONY: demo-down
-demo-down: ## remove the simulated cluster's containers and network
+demo-down: ## remove the simulated cluster's containers, their Docker volumes (the images they loaded) and network
 	$(PY) virtual/simcluster.py down
 
 .PHONY: test-unit

@@ -20,6 +20,8 @@ exec python3 -m verl.trainer.main_ppo \
   algorithm.rollout_correction.rollout_is_threshold=2.0 \
   custom_reward_function.path=/var/lib/rollout8/runs/tiny-cpu/data/reward.py \
   custom_reward_function.name=compute_score \
+  trainer.default_local_dir=/mnt/rollout8-shared/tiny-cpu/<KEY>/checkpoints \
+  trainer.resume_mode=auto \
   trainer.device=cpu \
   trainer.nnodes=3 \
   trainer.n_gpus_per_node=1 \
@@ -47,7 +49,7 @@ exec python3 -m verl.trainer.main_ppo \
   trainer.project_name=rollout8 \
   trainer.experiment_name=tiny-cpu \
   trainer.total_training_steps=3 \
-  trainer.save_freq=-1 \
+  trainer.save_freq=3 \
   trainer.test_freq=-1 \
   trainer.val_before_train=false \
   "$@"
