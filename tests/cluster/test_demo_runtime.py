@@ -108,3 +108,32 @@ def test_a_node_that_has_the_image_is_sent_nothing(demo_job):
         assert "changed:" not in block and "ok:" not in block, f"{task}:\n{block}"
     # the shared copy the demo's play may have sent is gone once every node loaded it; this run sent none
     assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
+
+
+def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them():
+    """No tarball and no rollout8_image_id (a registry's tag): the nodes must still hold one image; three daemons
+    with three builds under the same tag are refused, each node named with its id, before any container starts."""
+    reason = docker_available()
+    if reason:
+        pytest.skip(reason)
+    simcluster.up()
+    tag = "rollout8-test/odd:1"
+    ids = {}
+    try:
+        for node in simcluster.NODES:
+            on_node(node, "sh", "-c", f"mkdir -p /tmp/odd && echo {node} > /tmp/odd/which && "
+                                      f"tar -C /tmp/odd -c which | docker import - {tag}")
+            ids[node] = on_node(node, "docker", "image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
+        assert len(set(ids.values())) == 3
+        run = simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
+                                      sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
+                                      "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", "-e", f"rollout8_image={tag}",
+                                      "--tags", "image", timeout=600)
+        assert run.rc != 0
+        line = " ".join(run.output.split())
+        assert f"{tag} is not one image on every node" in line, run.output[-3000:]
+        for node, image_id in ids.items():
+            assert f"{node} has {image_id}" in line
+    finally:
+        for node in simcluster.NODES:
+            on_node(node, "docker", "rmi", "-f", tag, check=False)
