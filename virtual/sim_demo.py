@@ -55,8 +55,7 @@ def docker_runtime_args() -> tuple[str, ...]:
     if all(node_id == image_id for node_id in have):
         print(f">> every node has {image} ({image_id[:19]}): nothing to send", file=sys.stderr)
         return (*common, "-e", f"rollout8_image_id={image_id}")
-    _, tarball = train_tarball(IMAGE_DIR)
-    return (*common, "-e", f"rollout8_image_tarball={tarball}")
+    return (*common, "-e", f"rollout8_image_tarball={train_tarball(image, IMAGE_DIR)}")
 
 
 def latest_job_logs(work: Path) -> Path | None:

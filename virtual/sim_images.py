@@ -238,16 +238,15 @@ def train_image() -> str:
     return image
 
 
-def train_tarball(directory: Path) -> tuple[str, Path]:
-    """The training image (train_image) and its `make image-save` tarball in directory, written once per image
+def train_tarball(image: str, directory: Path) -> Path:
+    """The `make image-save` tarball of the training image (train_image's) in directory, written once per image
     (its name carries the image's content key; superseded ones are removed). Uncompressed: on this machine gzip
     took 4 minutes of CPU to write the 8 GB image as 4.2 GB, and every node would spend more to unpack it; the
     .tar.gz that `make image-save` writes by default is for a real network."""
-    image = train_image()
     tarball = directory / f"{image.replace('/', '_').replace(':', '_')}.tar"
     record = tarball.with_name(tarball.name + ".json")
     if tarball.is_file() and record.is_file() and json.loads(record.read_text()).get("image") == image:
-        return image, tarball
+        return tarball
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.glob("rollout8_sim-train_*"):
         old.unlink()
@@ -255,4 +254,4 @@ def train_tarball(directory: Path) -> tuple[str, Path]:
     print(f">> make image-save: {image} -> {tarball}", file=sys.stderr)
     sh("make", "--no-print-directory", "image-save", f"ENGINE={BUILDER}", f"IMAGE={image}",
        f"IMAGE_TARBALL={tarball}", f"PYTHON={sys.executable}")
-    return image, tarball
+    return tarball
