@@ -21,6 +21,11 @@ def one_line(output: str) -> str:
     return " ".join(output.split())
 
 
+def on_node(name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    """A command on a simulated node itself, as root (its own Docker daemon answers `docker` there)."""
+    return subprocess.run(["docker", "exec", name, *cmd], capture_output=True, text=True, check=check)
+
+
 def docker_available() -> str | None:
     if shutil.which("docker") is None:
         return "no docker CLI"
@@ -44,7 +49,7 @@ class Cluster:
                                        *args, playbook=playbook, timeout=timeout)
 
     def node(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(["docker", "exec", name, *cmd], capture_output=True, text=True, check=check)
+        return on_node(name, *cmd, check=check)
 
 
 @pytest.fixture(scope="session")

@@ -15,16 +15,11 @@ import subprocess
 import pytest
 import sim_demo
 import simcluster
-from conftest import docker_available
+from conftest import docker_available, on_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
 CONTAINER = "rollout8-train"  # the runtime role's default name
-
-
-def on_node(node: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    """A command on the node itself (its own Docker daemon answers `docker` there)."""
-    return subprocess.run(["docker", "exec", node, *cmd], capture_output=True, text=True, check=check, timeout=120)
 
 
 @pytest.fixture(scope="module")
