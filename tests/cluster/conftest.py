@@ -21,9 +21,10 @@ def one_line(output: str) -> str:
     return " ".join(output.split())
 
 
-def on_node(name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+def on_node(name: str, *cmd: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
     """A command on a simulated node itself, as root (its own Docker daemon answers `docker` there)."""
-    return subprocess.run(["docker", "exec", name, *cmd], capture_output=True, text=True, check=check)
+    return subprocess.run(["docker", "exec", name, *cmd], capture_output=True, text=True, check=check,
+                          timeout=timeout)
 
 
 def docker_available() -> str | None:

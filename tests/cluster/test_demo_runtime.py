@@ -9,17 +9,20 @@ read what it left on the nodes, the shared directory and the collected logs.
 from __future__ import annotations
 
 import configparser
+import functools
 import re
 import subprocess
 
+import conftest
 import pytest
 import sim_demo
 import simcluster
-from conftest import docker_available, on_node
+from conftest import docker_available
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
 CONTAINER = "rollout8-train"  # the runtime role's default name
+on_node = functools.partial(conftest.on_node, timeout=120)  # every command here takes seconds
 
 
 @pytest.fixture(scope="module")
