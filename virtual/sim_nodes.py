@@ -87,6 +87,11 @@ def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, wheel: Pa
 # same path, for cluster.shared_dir (verl's checkpoints, resumed after a node failure).
 SHARED_HOST = REPO / ".cache" / "cluster" / "shared"
 SHARED_DIR = "/mnt/rollout8-shared"
+# A second shared export, for models and data (on a real cluster often an NFS export of its own, beside the one
+# holding checkpoints), mounted at the same path on every node and on this machine (the controller, as a login node
+# mounts it): a run spec with deploy.shared_storage names its artifacts there, outside cluster.shared_dir, and only
+# training containers that mount those paths can read them.
+SHARED_MODELS = REPO / ".cache" / "cluster" / "models"
 # Each node's own Docker daemon keeps its data root (the images it loaded) on the node's volume: what a real node's
 # disk is. It outlives the container (a re-run of `make demo` finds the training image loaded); `down` removes it.
 # The daemon needs what --privileged gives, less CAP_SYS_RESOURCE: a sandbox whose Docker lacks a capability
@@ -113,11 +118,13 @@ def up() -> str:
         if base.wait(timeout=1800) != 0:
             raise SystemExit("the base image could not be built (scripts/make-base-image.sh, output above)")
     image = node_image(house)
-    SHARED_HOST.mkdir(parents=True, exist_ok=True)
+    for shared in (SHARED_HOST, SHARED_MODELS):
+        shared.mkdir(parents=True, exist_ok=True)
     if not docker_ok("network", "inspect", NETWORK):
         sh("docker", "network", "create", "--label", LABEL, NETWORK, capture=True)
     for name in NODES:
-        mounts = sorted([f"{SHARED_HOST}:{SHARED_DIR}", f"{node_volume(name)}:/var/lib/docker"])
+        mounts = sorted([f"{SHARED_HOST}:{SHARED_DIR}", f"{SHARED_MODELS}:{SHARED_MODELS}",
+                         f"{node_volume(name)}:/var/lib/docker"])
         state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}"
                    "{{if .Name}}{{.Name}}{{else}}{{.Source}}{{end}}:{{.Destination}} {{end}}", name,
                    check=False, capture=True)

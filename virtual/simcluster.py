@@ -60,6 +60,7 @@ from sim_nodes import (
     RECAP,
     SHARED_DIR,
     SHARED_HOST,
+    SHARED_MODELS,
     SSH_DIR,
     Run,
     access,
@@ -81,8 +82,8 @@ __all__ = [
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
     "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODE_PRIVILEGE", "NODES",
-    "RECAP", "SHARED_DIR", "SHARED_HOST", "SSH_DIR", "Run", "access", "address", "daemons_up", "down", "node_volume",
-    "run_playbook", "up", "write_inventory",
+    "RECAP", "SHARED_DIR", "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "Run", "access", "address", "daemons_up", "down",
+    "node_volume", "run_playbook", "up", "write_inventory",
     # sim_runs
     "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "prepare_run",
     # sim_demo

@@ -3,21 +3,29 @@ image distributed through the shared storage, the training containers started by
 them, the real verl GRPO job with int8 rollouts across nodes, its checkpoint on the shared storage.
 
 The demo runs once for the module (warm after `make demo`: every node has the image, nothing is sent); the tests
-read what it left on the nodes, the shared directory and the collected logs.
+read what it left on the nodes, the shared directory and the collected logs. Then, on the same containers' image,
+a run whose models and data are on shared storage outside cluster.shared_dir (the probe job, which reads every
+artifact file inside the containers), the CANN environment of the processes the roles start with `docker exec`,
+the NPU acceptance tag, and reset.yml, which ends the module with no training container left.
 """
 
 from __future__ import annotations
 
 import configparser
 import functools
+import json
 import re
+import shutil
 import subprocess
 
 import conftest
 import pytest
 import sim_demo
 import simcluster
-from conftest import docker_available
+import yaml
+from conftest import REPO, docker_available, one_line
+
+from rollout8.node.probe_job import read_verdict
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
@@ -108,9 +116,10 @@ def test_a_node_that_has_the_image_is_sent_nothing(demo_job):
     assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
 
 
-def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them():
+def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them(tmp_path):
     """No tarball and no rollout8_image_id (a registry's tag): the nodes must still hold one image; three daemons
-    with three builds under the same tag are refused, each node named with its id, before any container starts."""
+    with three builds under the same tag are refused, each node named with its id, before any container starts.
+    With the tarball of the build the tag must mean, every node loads it."""
     reason = docker_available()
     if reason:
         pytest.skip(reason)
@@ -132,6 +141,159 @@ def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them():
         assert f"{tag} is not one image on every node" in line, run.output[-3000:]
         for node, image_id in ids.items():
             assert f"{node} has {image_id}" in line
+
+        # with `make image-save`'s tarball of the one build the tag must mean: every node whose id differs loads it
+        # (none keeps its stale build), and all end with the tarball's id
+        source = tmp_path / "odd"
+        source.mkdir()
+        (source / "which").write_text("the build\n")
+        subprocess.run(f"tar -C {source} -c which | docker import - {tag}", shell=True, check=True,
+                       capture_output=True)
+        tarball = tmp_path / "odd.tar"
+        subprocess.run(["bash", str(REPO / "scripts" / "image-save.sh"), tag, str(tarball)], check=True,
+                       capture_output=True)
+        saved = json.loads(tarball.with_name("odd.tar.json").read_text())["id"]
+        saved = saved if saved.startswith("sha256:") else f"sha256:{saved}"
+        run = simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
+                                      sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
+                                      "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", "-e", f"rollout8_image={tag}",
+                                      "-e", f"rollout8_image_tarball={tarball}", "--tags", "image", timeout=600)
+        assert run.rc == 0, run.output[-3000:]
+        loads = run.output.split("TASK [image : Docker load]", 1)[1].split("TASK [", 1)[0]
+        for node in simcluster.NODES:
+            assert f"changed: [{node}]" in loads, loads
+            assert on_node(node, "docker", "image", "inspect", "-f", "{{.Id}}", tag).stdout.strip() == saved, node
     finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
         for node in simcluster.NODES:
             on_node(node, "docker", "rmi", "-f", tag, check=False)
+
+
+# ------------------------------------------------------------------ models on shared storage, in the containers
+SHARED_RUN = "tiny-cpu-shared"
+SHARED_ROOT = f"/var/lib/rollout8/runs/{SHARED_RUN}"
+
+
+def shared_spec(work) -> tuple:
+    """The tests' run spec with deploy.shared_storage: its model pair, profile and data on the models export
+    (simcluster.SHARED_MODELS: the same path on this machine and every node), outside cluster.shared_dir. The profile
+    is left to the plan role, which writes it there once, on the controller."""
+    run = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
+    store = simcluster.SHARED_MODELS / SHARED_RUN
+    for part in ("tiny/bf16", "tiny/int8", "data"):
+        shutil.rmtree(store / part, ignore_errors=True)
+        shutil.copytree(run.parent / part, store / part)
+    (store / "tiny" / "profile.pt").unlink(missing_ok=True)
+    spec = yaml.safe_load(run.read_text())
+    spec["name"] = spec["verl"]["trainer.experiment_name"] = SHARED_RUN
+    spec["model"].update(bf16=str(store / "tiny/bf16"), int8=str(store / "tiny/int8"),
+                         profile=str(store / "tiny/profile.pt"))
+    spec["data"] = {key: str(store / "data" / name) for key, name in
+                    (("train", "train.parquet"), ("val", "val.parquet"), ("reward", "reward.py"))}
+    spec["cluster"]["shared_dir"] = simcluster.SHARED_DIR
+    spec["deploy"] = {"root": SHARED_ROOT, "shared_storage": True}
+    path = work / f"{SHARED_RUN}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path, store
+
+
+def docker_run(spec, work, *args: str, playbook: str = "train.yml") -> simcluster.Run:
+    """A playbook on the demo's cluster, production runtime, the probe job (followed to its verdict)."""
+    return simcluster.run_playbook(simcluster.INVENTORY, spec, work, work / "facts", simcluster.bundle_wheel(),
+                                   *sim_demo.docker_runtime_args(), "-e", "rollout8_job_kind=probe",
+                                   "-e", "rollout8_verify_follow=true", *args, playbook=playbook, timeout=900)
+
+
+def newest_driver_log(work) -> str:
+    logs = sorted(work.glob("logs/*/driver.log"), key=lambda p: p.stat().st_mtime)
+    assert logs, f"no driver log collected under {work / 'logs'}"
+    return logs[-1].read_text(errors="replace")
+
+
+def process_env(node: str, name: str) -> str:
+    """The environment of the newest process called `name` in the node's training container, one VAR=value per
+    line."""
+    cmd = f"tr '\\0' '\\n' < /proc/$(pgrep -nx {name})/environ"
+    return on_node(node, "docker", "exec", CONTAINER, "bash", "-c", cmd).stdout
+
+
+@pytest.fixture(scope="module")
+def shared_run(demo_job, tmp_path_factory):
+    work = tmp_path_factory.mktemp("shared-run")
+    spec, store = shared_spec(work)
+    run = docker_run(spec, work)
+    return run, spec, store, work
+
+
+def test_models_on_shared_storage_outside_shared_dir_are_read_inside_the_containers(shared_run):
+    run, _, store, work = shared_run
+    assert run.rc == 0, run.output[-5000:]
+    assert "probe job GREEN on all 3 nodes" in one_line(run.output)
+    assert not str(store).startswith(simcluster.SHARED_DIR)
+    verdict = read_verdict(newest_driver_log(work))
+    assert verdict is not None and verdict["ok"] is True
+    assert sorted(v["hostname"] for v in verdict["nodes"].values()) == sorted(simcluster.NODES)
+    for node in verdict["nodes"].values():
+        # every model, profile and data file hashed inside the container (Ray's worker there), and the int8
+        # weights checked against the bf16 ones and the profile by verify-quant, in the container too
+        checks = {c["check"]: (c["ok"], c["detail"]) for c in node["checks"]}
+        assert checks["artifacts"][0] and checks["verify-quant"][0], (node["hostname"], checks)
+    for node in simcluster.NODES:
+        binds = on_node(node, "docker", "inspect", "-f", "{{join .HostConfig.Binds \" \"}}", CONTAINER).stdout.split()
+        for path in (store / "tiny" / "bf16", store / "tiny" / "int8", store / "data" / "train.parquet"):
+            assert f"{path}:{path}:ro" in binds, (node, binds)
+        # read where they are: no copy of the model in the node's deploy root
+        assert on_node(node, "find", SHARED_ROOT, "-name", "config.json").stdout.strip() == "", node
+
+
+def test_the_profile_is_written_once_to_the_shared_storage(shared_run):
+    run, _, store, _ = shared_run
+    assert run.rc == 0
+    assert (store / "tiny" / "profile.pt").stat().st_size > 0
+    block = run.output.split("TASK [plan : Plan the run", 1)[1].split("TASK [", 1)[0]
+    # made on the controller (the plan role delegates to it), once for the whole cluster
+    assert block.count("changed:") == 1 and f"changed: [{simcluster.NODES[0]} -> localhost]" in block, block
+
+
+def test_cann_environment_reaches_every_process_the_roles_start_in_the_containers(shared_run):
+    """The image's entrypoint sources CANN's set_env.sh (a stand-in exporting a marker here) in front of every
+    `docker exec` the roles run: Ray's raylet on every node, the job's driver and its workers."""
+    run, _, _, work = shared_run
+    assert run.rc == 0
+    for node in simcluster.NODES:
+        assert "ROLLOUT8_CANN_STANDIN=1" in process_env(node, "raylet"), node
+    driver = newest_driver_log(work)
+    assert "probe-job: driver cann ok   CANN environment loaded: ASCEND_TOOLKIT_HOME=" in driver, driver[-3000:]
+    for node in simcluster.NODES:
+        assert re.search(rf"probe-job: {node} \(\S+\) cann +ok   CANN environment loaded", driver), driver[-3000:]
+
+
+def test_the_npu_acceptance_tag_fails_without_an_npu_and_says_so(shared_run):
+    run, spec, _, work = shared_run
+    assert run.rc == 0
+    refused = docker_run(spec, work, "--tags", "accept-npu")
+    out = one_line(refused.output)
+    assert refused.rc != 0 and f"no Ascend NPU on {simcluster.NODES[0]} (exit 3)" in out, out[-3000:]
+    assert "accept-npu: CANN environment loaded: ASCEND_TOOLKIT_HOME=" in out, out[-3000:]
+
+
+def test_without_the_entrypoint_in_front_of_docker_exec_the_probe_is_red_naming_cann(shared_run):
+    """The roles before the entrypoint fix: Ray restarts without CANN's environment and the probe job is red."""
+    run, spec, _, work = shared_run
+    assert run.rc == 0
+    red = docker_run(spec, work, "-e", '{"rollout8_container_exec_prefix": []}', "-e", "rollout8_relaunch=true")
+    out = one_line(red.output)
+    assert red.rc != 0 and "probe job RED on " in out and "cann=FAIL" in out, out[-3000:]
+    assert "ROLLOUT8_CANN_STANDIN" not in process_env(simcluster.NODES[0], "raylet")
+    assert "CANN is installed but its environment is not loaded in this process" in newest_driver_log(work)
+
+
+def test_reset_removes_the_training_container_from_every_node(shared_run):
+    run, spec, _, work = shared_run
+    assert run.rc == 0
+    reset = docker_run(spec, work, "-e", "rollout8_reset_confirmed=true", playbook="reset.yml")
+    assert reset.rc == 0, reset.output[-3000:]
+    for node in simcluster.NODES:
+        assert on_node(node, "docker", "inspect", CONTAINER, check=False).returncode != 0, node
+        # the image stays: the next run starts containers without sending it again
+        assert on_node(node, "docker", "image", "inspect", simcluster.train_image(), check=False).returncode == 0

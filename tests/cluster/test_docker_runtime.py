@@ -1,10 +1,8 @@
-"""The production runtime, run for real: train.yml with rollout8_runtime=docker on this machine (one node).
+"""The image role's refusals of an image built for another architecture, on this machine as the one node.
 
-The training image is built as a user builds it, from docker/Dockerfile's own `patched` and `bundle` stages
-(`make image STACK_IMAGE=...`, podman here) on a CPU stand-in for the `stack` stage: the real-job engine stack
-with a stand-in CANN set_env.sh (simcluster.standin_stack_image). `make image-save` writes the tarball, which the
-image role loads on the node; the runtime role starts the training container (host network); Ray runs inside
-it; the probe job must be green; reset.yml removes it all.
+The production runtime itself (the training image built by `make image`'s own stages, distributed, the training
+containers, Ray and the jobs inside them, reset.yml) is walked on the simulated cluster by test_demo_runtime.py;
+here, train.yml with rollout8_runtime=docker against this machine's own daemon needs only a one-file image.
 """
 
 from __future__ import annotations
@@ -13,8 +11,6 @@ import hashlib
 import io
 import json
 import platform
-import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -46,19 +42,6 @@ def playbook(work: Path, spec: Path, image: str, tarball: Path | None, *extra: s
                                   "-e", json.dumps(args), *extra, playbook=name)
     (work / f"{name}.log").write_text(run.output)
     return run.rc, run.output
-
-
-def process_env(container: str, name: str) -> str:
-    """The environment of the newest process called `name` in the container, one VAR=value per line."""
-    cmd = f"tr '\\0' '\\n' < /proc/$(pgrep -nx {name})/environ"
-    return subprocess.run(["docker", "exec", container, "bash", "-c", cmd], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def latest_driver_log(work: Path) -> str:
-    logs = sorted((work / "logs").glob("*/driver.log"), key=lambda p: p.stat().st_mtime)
-    assert logs, f"no driver log under {work / 'logs'}"
-    return logs[-1].read_text(errors="replace")
 
 
 def docker_spec(work: Path) -> Path:
@@ -141,82 +124,3 @@ def test_image_of_another_architecture_is_refused(tmp_path_factory):
         assert subprocess.run(["docker", "inspect", CONTAINER], capture_output=True).returncode != 0
     finally:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
-
-
-def test_docker_runtime_one_node_on_this_machine(tmp_path_factory):
-    reason = docker_available()
-    if reason:
-        pytest.skip(reason)
-    if not shutil.which(simcluster.BUILDER):
-        pytest.skip(f"no {simcluster.BUILDER} to build docker/Dockerfile's stages (scripts/ci-setup.sh installs it)")
-    simcluster.wheelhouse()  # cached by content; rebuilds the bundle wheel
-    image = simcluster.train_image()  # in the builder's store, as after `make image`
-    work = tmp_path_factory.mktemp("docker-runtime")
-    spec = docker_spec(work)
-    # The tarball is the image's full size (GBs): written for this run only and removed at the end, never cached
-    # (a cache keyed by the bundle wheel kept one per code change and filled CI's disk).
-    tarball = work / f"{image.replace('/', '_').replace(':', '_')}.tar"
-    staged = Path(HOME) / "images" / tarball.name
-    subprocess.run(["make", "-C", str(REPO), "--no-print-directory", "image-save", f"ENGINE={simcluster.BUILDER}",
-                    f"IMAGE={image}", f"IMAGE_TARBALL={tarball}"], check=True)
-    assert json.loads(Path(f"{tarball}.json").read_text())["image"] == image
-    subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
-    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)  # a previous run's
-    # An older build under the same tag (here: the base image): the role compares the node's image id with the one
-    # `make image-save` recorded beside the tarball, and loads the tarball instead of keeping the stale image.
-    subprocess.run(["docker", "tag", simcluster.BASE_IMAGE, image], check=True)
-    saved_id = json.loads(Path(f"{tarball}.json").read_text())["id"]
-    saved_id = saved_id if saved_id.startswith("sha256:") else f"sha256:{saved_id}"
-
-    try:
-        rc, out = playbook(work, spec, image, tarball)
-        assert rc == 0, out[-5000:]
-        assert "Docker load" in out and "changed: [localhost]" in out
-        loaded = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        assert loaded == saved_id, f"the node keeps {loaded}, the tarball holds {saved_id}"
-        assert not staged.exists(), "the image role left its staged copy of the tarball on the node"
-        assert "probe job GREEN on all 1 nodes" in out
-        inspect = json.loads(subprocess.run(["docker", "inspect", CONTAINER], capture_output=True, text=True,
-                                            check=True).stdout)[0]
-        assert inspect["HostConfig"]["NetworkMode"] == "host"
-        # the shared-storage models and data, mounted read-only at their own paths: the probe's artifacts check
-        # (every file's sha256, read inside the container) is green only through them
-        run_dir = REPO / ".cache" / "cluster" / "run"
-        for path in (run_dir / "tiny" / "bf16", run_dir / "tiny" / "int8", run_dir / "data" / "train.parquet"):
-            assert f"{path}:{path}:ro" in inspect["HostConfig"]["Binds"], inspect["HostConfig"]["Binds"]
-        assert f"FLASHRL_CONFIG={ROOT}/flashrl.yaml" in inspect["Config"]["Env"]
-        # built by docker/Dockerfile's bundle stage: its entrypoint, its labels
-        assert inspect["Config"]["Entrypoint"] == ["/usr/local/bin/rollout8-entrypoint"]
-        assert inspect["Config"]["Labels"]["io.rollout8.stack-image"].startswith("rollout8/sim-standin:")
-
-        # CANN's environment reaches every process the roles start through `docker exec` (the image's entrypoint
-        # sources set_env.sh; here a stand-in exporting a marker): Ray's raylet, the job's driver and its workers.
-        assert "ROLLOUT8_CANN_STANDIN=1" in process_env(CONTAINER, "raylet")
-        driver = latest_driver_log(work)
-        assert "probe-job: driver cann ok   CANN environment loaded: ASCEND_TOOLKIT_HOME=" in driver, driver[-3000:]
-        assert re.search(r"probe-job: \S+ \(\S+\) cann +ok   CANN environment loaded", driver), driver[-3000:]
-
-        # The accept-npu tag runs the NPU acceptance suite the image ships in the training container. No NPU
-        # here: the play must fail and say so (exit 3), never pass.
-        rc, out = playbook(work, spec, image, tarball, "--tags", "accept-npu")
-        assert rc != 0 and "no Ascend NPU on localhost (exit 3)" in out, out[-3000:]
-        assert "accept-npu: CANN environment loaded: ASCEND_TOOLKIT_HOME=" in out, out[-3000:]
-
-        # Without the entrypoint in front of docker exec (the roles before this fix): Ray restarts without CANN's
-        # environment and the probe job is red, naming it.
-        rc, out = playbook(work, spec, image, tarball, "-e", '{"rollout8_container_exec_prefix": []}',
-                           "-e", "rollout8_relaunch=true")
-        assert rc != 0 and "probe job RED on " in one_line(out) and "cann=FAIL" in one_line(out), out[-3000:]
-        assert "ROLLOUT8_CANN_STANDIN" not in process_env(CONTAINER, "raylet")
-        driver = latest_driver_log(work)
-        assert "CANN is installed but its environment is not loaded in this process" in driver, driver[-3000:]
-        rc, out = playbook(work, spec, image, tarball, "-e", "rollout8_reset_confirmed=true", name="reset.yml")
-        assert rc == 0, out[-3000:]
-        gone = subprocess.run(["docker", "inspect", CONTAINER], capture_output=True)
-        assert gone.returncode != 0
-    finally:
-        subprocess.run(["docker", "rm", "-f", CONTAINER], capture_output=True)
-        subprocess.run(["docker", "rmi", "-f", image], capture_output=True)  # GBs; the builder's store keeps it
-        tarball.unlink(missing_ok=True)
-        staged.unlink(missing_ok=True)
