@@ -396,3 +396,141 @@ def test_shared_dir_without_checkpoints_warns(raw, tmp_path, capsys):
     spec.write_text(yaml.safe_dump(raw))
     assert main(["check", str(spec)]) == 0
     assert "save_freq" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ what verl and vLLM crash on at the pins
+def test_token_budget_below_max_model_len_with_chunked_prefill_off(raw, run_dir):
+    """verl's sync vLLM rollout (vllm_rollout_spmd.py:204-208 at verl 51d2104) refuses it at rollout start; the
+    reference recipe's 2048 + 10240 with chunked prefill off and the default budget is such a spec."""
+    raw["verl"].update({"data.max_prompt_length": 2048, "data.max_response_length": 10240,
+                        "actor_rollout_ref.rollout.enable_chunked_prefill": False})
+    [err] = errors(raw, run_dir, "token-budget")
+    assert err.field == "verl.actor_rollout_ref.rollout.max_num_batched_tokens"
+    assert err.message.startswith("8192 (verl's default) is below max_model_len 12288 (max_prompt_length 2048 + "
+                                  "max_response_length 10240) with enable_chunked_prefill off")
+    raw["verl"]["actor_rollout_ref.rollout.max_num_batched_tokens"] = 12288  # enough
+    assert errors(raw, run_dir, "token-budget") == []
+    raw["verl"]["actor_rollout_ref.rollout.max_model_len"] = 16384  # verl gives vLLM this one instead
+    [err] = errors(raw, run_dir, "token-budget")
+    assert "max_model_len 16384 (rollout.max_model_len)" in err.message
+    raw["verl"]["actor_rollout_ref.rollout.enable_chunked_prefill"] = True  # the pin's default: accepted
+    assert errors(raw, run_dir, "token-budget") == []
+
+
+def test_per_rank_batch_rules_hold_under_dynamic_batch_sizing(raw, run_dir):
+    """fsdp_workers.py:234-256 at verl 51d2104 asserts the per-rank mini batch (> 0, divisible by the micro batch)
+    whatever use_dynamic_bsz says; the driver's rules (train x n over the world) are skipped with it, as verl does."""
+    raw["verl"]["actor_rollout_ref.actor.use_dynamic_bsz"] = True
+    raw["verl"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = 4  # per rank: 6 x 2 / 6 = 2
+    [err] = errors(raw, run_dir, "batch")
+    assert err.field == "verl.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+    assert "per-rank mini batch 2" in err.message and "(with use_dynamic_bsz too)" in err.message
+    raw["verl"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = 2
+    raw["verl"]["actor_rollout_ref.actor.ppo_mini_batch_size"] = 2  # 2 x 2 over 6 ranks: nothing per rank
+    [err] = errors(raw, run_dir, "batch")
+    assert err.field == "verl.actor_rollout_ref.actor.ppo_mini_batch_size" and "nothing per rank" in err.message
+    # the driver's rule is verl's only without dynamic batch sizing: train 5 x n 2 = 10 over 6 ranks is accepted
+    raw["verl"].update({"actor_rollout_ref.actor.ppo_mini_batch_size": 6, "data.train_batch_size": 5})
+    assert errors(raw, run_dir, "batch") == []
+    raw["verl"]["actor_rollout_ref.actor.use_dynamic_bsz"] = False
+    assert any("is not divisible by the world size 6" in e.message for e in errors(raw, run_dir, "batch"))
+
+
+def test_model_context_against_prompt_and_response(raw, run_dir, model_pair, tmp_path):
+    """vllm_rollout_spmd.py:167-198 at verl 51d2104: max_position_embeddings (x rope_scaling's factor) must hold
+    prompt + response."""
+    bf16 = tmp_path / "bf16"
+    shutil.copytree(model_pair.bf16, bf16)
+    config = json.loads((bf16 / "config.json").read_text())
+    config["max_position_embeddings"] = 4096
+    (bf16 / "config.json").write_text(json.dumps(config))
+    raw["model"]["bf16"] = str(bf16)
+    raw["verl"].update({"data.max_prompt_length": 1024, "data.max_response_length": 3072})
+    assert errors(raw, run_dir, "context") == []  # exactly the context
+    raw["verl"]["data.max_response_length"] = 4096
+    [err] = errors(raw, run_dir, "context")
+    assert err.field == "verl.data.max_response_length"
+    assert "1024 + max_response_length 4096 = 5120 tokens exceed the model's context of 4096" in err.message
+    config["rope_scaling"] = {"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 4096}
+    (bf16 / "config.json").write_text(json.dumps(config))
+    assert errors(raw, run_dir, "context") == []  # 4096 x 2
+    del config["max_position_embeddings"], config["rope_scaling"]
+    (bf16 / "config.json").write_text(json.dumps(config))
+    [err] = errors(raw, run_dir, "context")
+    assert err.field == "model.bf16" and "no max_position_embeddings" in err.message
+
+
+def test_npus_per_node_against_the_node_kind(raw, run_dir):
+    raw["cluster"].update({"accelerator": "npu", "nnodes": 1, "npus_per_node": 16})
+    [err] = errors(raw, run_dir, "npus")
+    assert err.field == "cluster.npus_per_node"
+    assert err.message == ("16, but an Atlas A2 node has 8 NPUs (cluster.node_kind: a2, the default); use at most 8, "
+                           "or set cluster.node_kind: a3 for Atlas A3 nodes")
+    raw["cluster"]["node_kind"] = "a3"
+    assert errors(raw, run_dir, "npus") == []
+    raw["cluster"]["npus_per_node"] = 32
+    [err] = errors(raw, run_dir, "npus")
+    assert "an Atlas A3 node has 16 NPUs (cluster.node_kind: a3); use at most 16" in err.message
+    raw["cluster"].update({"accelerator": "cpu", "npus_per_node": 2})  # the simulated cluster: no node kind
+    assert errors(raw, run_dir, "npus") == []
+
+
+def test_multi_node_npu_run_names_its_data_nic(raw, run_dir):
+    raw["cluster"].update({"accelerator": "npu", "nnodes": 2, "npus_per_node": 2})
+    [err] = errors(raw, run_dir, "network")
+    assert err.field == "cluster.network.nic" and err.message.startswith("unset with cluster.nnodes 2")
+    raw["cluster"]["network"] = {"nic": "enp189s0f0"}
+    assert errors(raw, run_dir, "network") == []
+    raw["cluster"].update({"nnodes": 1, "network": {}})  # one node: nothing crosses a network
+    assert errors(raw, run_dir, "network") == []
+
+
+@pytest.mark.parametrize(("key", "owner"), [("HCCL_SOCKET_IFNAME", "cluster.network.nic"),
+                                            ("GLOO_SOCKET_IFNAME", "cluster.network.nic"),
+                                            ("HCCL_CONNECT_TIMEOUT", "cluster.network.hccl_connect_timeout"),
+                                            ("HCCL_HOST_SOCKET_PORT_RANGE",
+                                             "cluster.network.hccl_host_socket_port_range"),
+                                            ("FLASHRL_LMHEAD_FP32", "rollout.lmhead_fp32")])
+def test_env_keys_the_spec_fields_set_are_refused(raw, run_dir, key, owner):
+    raw["env"] = {key: "1", "MY_OWN_FLAG": "1"}
+    [err] = errors(raw, run_dir, "env")
+    assert err.field == f"env.{key}" and err.message == f"is set by {owner}; remove it from env and set it there"
+
+
+def test_int8_without_importance_sampling_correction_warns(raw, run_dir):
+    raw["verl"]["algorithm.rollout_correction.rollout_is"] = None
+    [warn] = [f for f in findings(raw, run_dir, "warning") if f.rule == "rollout-mode"]
+    assert warn.field == "verl.algorithm.rollout_correction.rollout_is" and "is null" in warn.message
+    raw["verl"]["algorithm.rollout_correction.rollout_is"] = "token"
+    assert [f for f in findings(raw, run_dir, "warning") if f.rule == "rollout-mode"] == []
+
+
+def test_values_verl_accepts_as_written_are_not_refused(raw, run_dir):
+    """A plain string logger (verl/utils/tracking.py:50-52 wraps it) and YAML strings hydra reads as a bool, null
+    or number (`key=true` on the command line) pass; a word that is none of these is still refused."""
+    raw["verl"].update({"trainer.logger": "console", "actor_rollout_ref.actor.use_dynamic_bsz": "true",
+                        "actor_rollout_ref.actor.optim.lr": "1e-6", "trainer.save_freq": "10"})
+    assert errors(raw, run_dir, "verl-value") == []
+    raw["verl"]["actor_rollout_ref.actor.use_dynamic_bsz"] = "lots"
+    [err] = errors(raw, run_dir, "verl-value")
+    assert err.field == "verl.actor_rollout_ref.actor.use_dynamic_bsz" and '"lots" is not' in err.message
+
+
+def test_no_artifacts_judges_the_rest_before_the_files_exist(raw, run_dir, tmp_path, capsys):
+    """`check --no-artifacts` on a spec whose model, profile and data do not exist: no artifact error, one line
+    naming the skipped rules, every other error still reported (and the same spec without the flag: refused for
+    the files)."""
+    for key, name in (("bf16", "none/bf16"), ("int8", "none/int8"), ("profile", "none/profile.pt")):
+        raw["model"][key] = str(tmp_path / name)
+    raw["data"] = {"train": str(tmp_path / "none/train.parquet"), "val": str(tmp_path / "none/val.parquet")}
+    raw["verl"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = 4  # per rank 2: a real error
+    spec_file = tmp_path / "early.yaml"
+    spec_file.write_text(yaml.safe_dump(raw))
+    assert main(["check", "--no-artifacts", "--json", str(spec_file)]) == 1
+    found = json.loads(capsys.readouterr().out)["findings"]
+    assert [(f["level"], f["rule"]) for f in found if f["level"] == "error"] == [("error", "batch")]
+    [note] = [f for f in found if f["rule"] == "no-artifacts"]
+    assert note["level"] == "info" and "models, context, profile" in note["message"]
+    assert main(["check", "--json", str(spec_file)]) == 1
+    rules = {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"] if f["level"] == "error"}
+    assert rules == {"flashrl-paths", "batch"}

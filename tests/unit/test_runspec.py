@@ -64,6 +64,15 @@ def test_bad_values_name_the_field(tmp_path, patch, field):
         parse_spec({**MINIMAL, **patch}, tmp_path)
 
 
+def test_a_malformed_port_range_is_named_in_words_not_as_a_regex(tmp_path):
+    bad = {"cluster": {"nnodes": 1, "npus_per_node": 8, "network": {"hccl_npu_socket_port_range": "61000:61050"}}}
+    with pytest.raises(SpecError) as err:
+        parse_spec({**MINIMAL, **bad}, tmp_path)
+    assert str(err.value).endswith("cluster.network.hccl_npu_socket_port_range: '61000:61050' is not a port range: "
+                                   "LOW-HIGH, e.g. 60000-60050"), str(err.value)
+    assert "\\d" not in str(err.value)
+
+
 def test_int8_needs_the_int8_model(tmp_path):
     raw = {**MINIMAL, "model": {"bf16": "m/bf16"}}
     with pytest.raises(SpecError, match="model.int8 is required"):

@@ -16,13 +16,18 @@ other code imports them from. Rules (ids in brackets):
   [moe]              no int8 for mixture-of-experts models (FlashRL's profile covers dense layers only)
   [layout]           the int8 layout matches the model dir, and loads on the accelerator
   [tp]               rollout TP x PP (x DP) divides the NPUs per node
-  [batch]            batch sizes divide the way verl asserts they do
+  [npus]             NPUs per node within the node kind's (cluster.node_kind: a2 8, a3 16)
+  [network]          more than one NPU node names its data NIC (cluster.network.nic)
+  [batch]            batch sizes divide the way verl asserts they do (the per-rank rules with use_dynamic_bsz too)
+  [token-budget]     chunked prefill off: max_num_batched_tokens >= max_model_len (verl's sync vLLM rollout)
+  [context]          the model's context (max_position_embeddings x rope factor) holds prompt + response
   [hybrid-mix]       every hybrid entry is used by some DP rollout worker
   [models]           config.json readable; bf16 unquantized; int8 really int8, a scale per weight; shards whole
   [profile]          the profile matches the int8 model (layers, names, shapes, finite non-zero scales, a sampled
                      verify-quant against the bf16 weights)
   [owned-key]        verl keys that the spec's own fields set are not overridden differently
-  [env]              VLLM_USE_V1=1 for FlashRL; FLASHRL_LMHEAD_FP32=1 on NPU (warning)
+  [env]              VLLM_USE_V1=1 for FlashRL; no variable the spec's fields set (NIC, HCCL timeouts and port
+                     ranges, FlashRL's); rollout.lmhead_fp32 on NPU (warning)
   [resume]           with cluster.shared_dir, trainer.save_freq saves checkpoints to resume from (warning)
 Checked on a node by `make accept-npu` (tests/npu), not from the spec; each FAIL line says what to do:
   accept cann-pairing  torch_npu imports on this CANN in a fresh process; an undefined symbol (libtbe_adapter.so)
@@ -50,6 +55,7 @@ from .check_artifacts import (
     MOE_MODEL_TYPES,
     PROFILE_SAMPLE,
     _check_profile,
+    check_context,
     check_layout,
     check_models,
     check_moe,
@@ -64,11 +70,13 @@ from .check_verl import (
     check_batches,
     check_env,
     check_hybrid,
+    check_npus,
     check_owned,
     check_parallel,
     check_resume,
     check_rollout_mode,
     check_sampler,
+    check_token_budget,
     check_verl_keys,
     check_verl_quantization,
 )
@@ -77,9 +85,10 @@ from .runspec import RunSpec
 
 __all__ = [  # the rules live in check_verl and check_artifacts; this is where other code imports them from
     "MOE_CONFIG_KEYS", "MOE_MODEL_TYPES", "OWNED", "PROFILE_SAMPLE", "ROLLOUT", "SAMPLER_DROPPED",
-    "VERL_QUANT_LEAVES", "check_batches", "check_env", "check_hybrid", "check_layout", "check_models", "check_moe",
-    "check_owned", "check_parallel", "check_paths", "check_profile", "check_resume", "check_rollout_mode",
-    "check_sampler", "check_verl_keys", "check_verl_quantization", "effective", "is_moe_config", "rules",
+    "VERL_QUANT_LEAVES", "check_batches", "check_context", "check_env", "check_hybrid", "check_layout",
+    "check_models", "check_moe", "check_npus", "check_owned", "check_parallel", "check_paths", "check_profile",
+    "check_resume", "check_rollout_mode", "check_sampler", "check_token_budget", "check_verl_keys",
+    "check_verl_quantization", "effective", "is_moe_config", "rules",
     "run_checks",
 ]
 
@@ -117,9 +126,19 @@ def rules() -> str:
     return __doc__[__doc__.index("  [rollout-mode]"):]
 
 
-def run_checks(spec: RunSpec, profile_cache: Path | None = None) -> list[Finding]:
+# What `check --no-artifacts` leaves out: every rule that reads the artifacts' files.
+ARTIFACT_RULES = ("flashrl-paths (the files exist and are of their kind)", "moe (from config.json)",
+                  "layout (of the int8 directory)", "models", "context", "profile")
+
+
+def run_checks(spec: RunSpec, profile_cache: Path | None = None, artifacts: bool = True) -> list[Finding]:
+    """Every rule, in order. Without artifacts (check --no-artifacts): every rule that does not read the files,
+    and one note naming those skipped."""
     c = Collector()
-    check_paths(c, spec)
+    if not artifacts:
+        c.info("no-artifacts", "--no-artifacts", "skipped, as asked (the files are not read): "
+               + ", ".join(ARTIFACT_RULES))
+    check_paths(c, spec, artifacts)
     try:
         rendered = render(spec)
     except Rollout8Error as exc:
@@ -131,13 +150,20 @@ def run_checks(spec: RunSpec, profile_cache: Path | None = None) -> list[Finding
     check_verl_quantization(c, spec, rendered)
     check_sampler(c, spec, rendered)
     check_owned(c, spec, rendered)
-    check_moe(c, spec)
-    check_layout(c, spec)
+    if artifacts:
+        check_moe(c, spec)
+    elif spec.model.moe and spec.flashrl:
+        check_moe(c, spec)  # the spec's own word: no file read
+    check_layout(c, spec, artifacts)
     parallel = check_parallel(c, spec, rendered)
+    check_npus(c, spec)
     check_batches(c, spec, rendered)
+    check_token_budget(c, spec, rendered)
     check_hybrid(c, spec, parallel)
     check_env(c, spec, rendered)
     check_resume(c, spec, rendered)
-    check_models(c, spec)
-    check_profile(c, spec, profile_cache)
+    if artifacts:
+        check_models(c, spec)
+        check_context(c, spec, rendered)
+        check_profile(c, spec, profile_cache)
     return c.findings

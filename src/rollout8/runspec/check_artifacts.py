@@ -12,8 +12,9 @@ from typing import Any
 
 from ..errors import ModelError
 from ..yamlio import load_json
-from .check_common import Collector
+from .check_common import Collector, as_int, verl_field
 from .node_path import mount_problem, node_absolute
+from .render import Rendered
 from .runspec import RunSpec
 
 MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok")
@@ -22,7 +23,9 @@ MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_
 MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba")
 
 
-def check_paths(c: Collector, spec: RunSpec) -> None:
+def check_paths(c: Collector, spec: RunSpec, artifacts: bool = True) -> None:
+    """Where each artifact is and, with artifacts, that it is there and of its kind. Without (check
+    --no-artifacts, a spec judged before its files exist): only what the paths themselves say."""
     if "FLASHRL_CONFIG" in spec.env:
         c.error("flashrl-paths", "env.FLASHRL_CONFIG",
                 f"is set by render to {spec.node_path('flashrl')} (deploy.root); remove it from env")
@@ -48,9 +51,11 @@ def check_paths(c: Collector, spec: RunSpec) -> None:
                         "(each shared-storage path is mounted into it at the same path); move it into a "
                         "directory of its own on the shared storage")
                 continue
-            elif not Path(local).exists():
+            elif artifacts and not Path(local).exists():
                 c.info("flashrl-paths", field, f"{local} is not on this machine: not checked here "
                        "(shared storage; the probe job checks it on every node)")
+            continue
+        if not artifacts:
             continue
         if not Path(local).exists():
             what = "file" if name in ("profile", "train", "val", "reward") else "model directory"
@@ -112,12 +117,12 @@ def check_moe(c: Collector, spec: RunSpec) -> None:
                "(set model.moe: false to state it)")
 
 
-def check_layout(c: Collector, spec: RunSpec) -> None:
+def check_layout(c: Collector, spec: RunSpec, artifacts: bool = True) -> None:
     if not spec.flashrl or spec.model.int8 is None:
         return
     from .flashrl_config import detect_layout
 
-    if spec.model.int8.is_dir():
+    if artifacts and spec.model.int8.is_dir():
         try:
             found = detect_layout(spec.model.int8)
         except ModelError:
@@ -189,6 +194,39 @@ def check_models(c: Collector, spec: RunSpec) -> None:
             if unscaled:
                 c.error("models", field, f"{len(unscaled)} int8 weight(s) have no weight_scale, e.g. {unscaled[0]}: "
                         "the checkpoint is incomplete; convert or copy it again")
+
+
+def check_context(c: Collector, spec: RunSpec, r: Rendered) -> None:
+    """The model's context holds prompt + response: verl's vLLM rollout asserts it when the rollout starts
+    (verl 51d2104, vllm_rollout_spmd.py:167-198: max_position_embeddings of config.json, or of its llm_config or
+    text_config, times rope_scaling's factor when set); vLLM refuses a longer max_model_len too."""
+    from ..quant.checkpoint import read_json
+
+    path = spec.model.bf16
+    if path is None or not (path / "config.json").is_file():
+        return  # reported by check_paths, or not on this machine
+    try:
+        config = read_json(path / "config.json", "config.json")
+    except ModelError:
+        return  # reported by check_models
+    prompt, response = as_int(c, r, "data.max_prompt_length"), as_int(c, r, "data.max_response_length")
+    if prompt is None or response is None:
+        return
+    sections = [config] + [config[k] for k in ("llm_config", "text_config") if isinstance(config.get(k), dict)]
+    found = [s["max_position_embeddings"] for s in sections if isinstance(s.get("max_position_embeddings"), int)]
+    if not found:
+        c.error("context", "model.bf16", f"{path}/config.json has no max_position_embeddings: verl's vLLM rollout "
+                "refuses the model when the rollout starts; use a complete Hugging Face config.json")
+        return
+    rope = config.get("rope_scaling")
+    factor = rope.get("factor", 1) if isinstance(rope, dict) and isinstance(rope.get("factor"), (int, float)) else 1
+    context = int(found[0] * factor)
+    if context < prompt + response:
+        scaled = f" x rope_scaling factor {factor}" if factor != 1 else ""
+        c.error("context", verl_field(spec, "data.max_response_length"),
+                f"max_prompt_length {prompt} + max_response_length {response} = {prompt + response} tokens exceed "
+                f"the model's context of {context} (max_position_embeddings {found[0]}{scaled}, {path}/config.json): "
+                "verl's vLLM rollout refuses it when the rollout starts; shorten them or use a longer-context model")
 
 
 # int8 entries a sampled verify-quant checks (spread over the model): a profile of another checkpoint fails

@@ -39,6 +39,11 @@ def check_rollout_mode(c: Collector, spec: RunSpec, r: Rendered) -> None:
         c.warning("rollout-mode", verl_field(spec, ROLLOUT + "calculate_log_probs"),
                   "is off: TIS (algorithm.rollout_correction) needs the rollout log-probs to correct the int8 "
                   "mismatch; remove the override")
+    if effective(r, "algorithm.rollout_correction.rollout_is") in (None, "null"):
+        c.warning("rollout-mode", verl_field(spec, "algorithm.rollout_correction.rollout_is"),
+                  f"is null: nothing corrects the mismatch between the {spec.rollout.quantization} rollout's "
+                  "log-probs and the bf16 actor's (render sets sequence-level TIS, threshold 2.0, as the reference "
+                  "recipe does); remove the override, or set token or sequence")
 
 
 def check_verl_keys(c: Collector, spec: RunSpec, r: Rendered) -> None:
@@ -131,8 +136,11 @@ def check_parallel(c: Collector, spec: RunSpec, r: Rendered) -> tuple[int, int] 
 
 
 def check_batches(c: Collector, spec: RunSpec, r: Rendered) -> None:
-    if truthy(effective(r, "actor_rollout_ref.actor.use_dynamic_bsz")):
-        return
+    """The driver's rules (verl 51d2104: verl/utils/config.py:89-113, verl/workers/config/actor.py:152-157) hold
+    without dynamic batch sizing only; the FSDP workers' per-rank rules (verl/workers/fsdp_workers.py:234-256: the
+    mini batch x rollout.n over the data-parallel ranks > 0 and divisible by ppo_micro_batch_size_per_gpu when that
+    is set) are asserted whatever use_dynamic_bsz says."""
+    dynamic = truthy(effective(r, "actor_rollout_ref.actor.use_dynamic_bsz"))
     world = spec.cluster.nnodes * spec.cluster.npus_per_node
     train = as_int(c, r, "data.train_batch_size")
     n = as_int(c, r, ROLLOUT + "n")
@@ -145,11 +153,11 @@ def check_batches(c: Collector, spec: RunSpec, r: Rendered) -> None:
         return
     f_train = verl_field(spec, "data.train_batch_size")
     f_mini = verl_field(spec, "actor_rollout_ref.actor.ppo_mini_batch_size")
-    if (train * n) % world:
+    if not dynamic and (train * n) % world:
         c.error("batch", f_train, f"data.train_batch_size {train} x rollout.n {n} = {train * n} is not divisible by "
                 f"the world size {world} (cluster.nnodes {spec.cluster.nnodes} x npus_per_node "
                 f"{spec.cluster.npus_per_node}); verl asserts it")
-    if train < mini:
+    if not dynamic and train < mini:
         c.error("batch", f_mini, f"ppo_mini_batch_size {mini} > data.train_batch_size {train}; verl refuses it")
     dp = world // sp
     normalized = mini * n // dp if dp else 0
@@ -162,10 +170,79 @@ def check_batches(c: Collector, spec: RunSpec, r: Rendered) -> None:
     if micro and normalized and normalized % micro:
         c.error("batch", verl_field(spec, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
                 f"the per-rank mini batch {normalized} (= {mini} x {n} / {dp}) is not divisible by "
-                f"ppo_micro_batch_size_per_gpu {micro}; verl asserts it")
+                f"ppo_micro_batch_size_per_gpu {micro}; verl's FSDP workers assert it"
+                + (" (with use_dynamic_bsz too)" if dynamic else ""))
     if effective(r, "algorithm.adv_estimator") == "grpo" and n == 1:
         c.warning("batch", verl_field(spec, ROLLOUT + "n"),
                   "GRPO with one response per prompt has zero advantages; set it to 4 or more")
+
+
+def model_len(c: Collector, r: Rendered) -> tuple[int | None, str]:
+    """(max_model_len verl's sync vLLM rollout gives vLLM, how it was reached): rollout.max_model_len, else
+    data.max_prompt_length + data.max_response_length (verl 51d2104, vllm_rollout_spmd.py:200)."""
+    explicit = as_int(c, r, ROLLOUT + "max_model_len")
+    if explicit:
+        return explicit, "rollout.max_model_len"
+    prompt, response = as_int(c, r, "data.max_prompt_length"), as_int(c, r, "data.max_response_length")
+    if prompt is None or response is None:
+        return None, ""
+    return prompt + response, f"max_prompt_length {prompt} + max_response_length {response}"
+
+
+def check_token_budget(c: Collector, spec: RunSpec, r: Rendered) -> None:
+    """verl's sync vLLM rollout refuses chunked prefill off with a token budget below max_model_len when the rollout
+    starts, after the cluster is up (verl 51d2104, vllm_rollout_spmd.py:204-208). render runs the sync rollout; on
+    the async path vLLM V1 turns chunked prefill back on (vLLM 0.10.1.1, EngineArgs._set_default_args_v1), so only
+    sync is judged."""
+    if effective(r, ROLLOUT + "mode") != "sync" or truthy(effective(r, ROLLOUT + "enable_chunked_prefill")):
+        return
+    budget = as_int(c, r, ROLLOUT + "max_num_batched_tokens")
+    length, how = model_len(c, r)
+    if budget is not None and length and budget < length:
+        field = verl_field(spec, ROLLOUT + "max_num_batched_tokens")
+        set_by = "" if field[len("verl."):] in spec.verl else " (verl's default)"
+        c.error("token-budget", field,
+                f"{budget}{set_by} is below max_model_len {length} ({how}) with enable_chunked_prefill off: verl's "
+                f"vLLM rollout refuses it when the rollout starts, after the cluster is up; raise it to at least "
+                f"{length} or turn chunked prefill on")
+
+
+# NPUs per node of each Atlas node kind (cluster.node_kind): 8 on an Atlas 800T A2, 16 on an A3.
+NPUS_PER_NODE = {"a2": 8, "a3": 16}
+
+
+def check_npus(c: Collector, spec: RunSpec) -> None:
+    cluster = spec.cluster
+    if cluster.accelerator != "npu":
+        return
+    most = NPUS_PER_NODE[cluster.node_kind]
+    if cluster.npus_per_node > most:
+        other = next(k for k, v in NPUS_PER_NODE.items() if v >= cluster.npus_per_node) \
+            if cluster.npus_per_node <= max(NPUS_PER_NODE.values()) else None
+        c.error("npus", "cluster.npus_per_node",
+                f"{cluster.npus_per_node}, but an Atlas {cluster.node_kind.upper()} node has {most} NPUs "
+                f"(cluster.node_kind: {cluster.node_kind}"
+                f"{', the default' if 'node_kind' not in cluster.model_fields_set else ''}); use at most {most}"
+                + (f", or set cluster.node_kind: {other} for Atlas {other.upper()} nodes" if other else ""))
+    if cluster.nnodes > 1 and not cluster.network.nic:
+        c.error("network", "cluster.network.nic",
+                f"unset with cluster.nnodes {cluster.nnodes}: HCCL and Gloo would pick an address by hostname or "
+                "default route, which on Atlas nodes is often the management NIC, not the data (RoCE) network; set "
+                "it to the data NIC's name on the nodes (e.g. enp189s0f0)")
+
+
+# Environment variables the spec's own fields (or render itself) set: a spec's env block must not set them apart.
+OWNED_ENV = {
+    "HCCL_SOCKET_IFNAME": "cluster.network.nic", "GLOO_SOCKET_IFNAME": "cluster.network.nic",
+    "TP_SOCKET_IFNAME": "cluster.network.nic", "HCCL_IF_IP": "cluster.network.nic (Ansible sets it per node)",
+    "HCCL_CONNECT_TIMEOUT": "cluster.network.hccl_connect_timeout",
+    "HCCL_EXEC_TIMEOUT": "cluster.network.hccl_exec_timeout", "HCCL_BUFFSIZE": "cluster.network.hccl_buffsize",
+    "HCCL_HOST_SOCKET_PORT_RANGE": "cluster.network.hccl_host_socket_port_range",
+    "HCCL_NPU_SOCKET_PORT_RANGE": "cluster.network.hccl_npu_socket_port_range",
+    "FLASHRL_LMHEAD_FP32": "rollout.lmhead_fp32",
+    "FLASHRL_LOGGING_LEVEL": "render (DEBUG: `rollout8 logs` reads FlashRL's debug lines for its verdict)",
+    "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "render (1: Ray must not renumber the NPUs, ray #59063)",
+}
 
 
 def check_hybrid(c: Collector, spec: RunSpec, parallel: tuple[int, int] | None) -> None:
@@ -186,13 +263,11 @@ def check_hybrid(c: Collector, spec: RunSpec, parallel: tuple[int, int] | None) 
 def check_env(c: Collector, spec: RunSpec, r: Rendered) -> None:
     if spec.flashrl and r.env.get("VLLM_USE_V1") != "1":
         c.error("env", "env.VLLM_USE_V1", "FlashRL asserts vLLM V1; remove the override (render sets 1)")
-    if spec.cluster.accelerator == "npu":
-        if spec.rollout.lmhead_fp32:
-            c.warning("env", "rollout.lmhead_fp32", "FLASHRL_LMHEAD_FP32=1 likely breaks on vllm-ascend (its "
-                      "lm_head classes skip FlashRL's patch); keep it false until an NPU test says otherwise")
-        elif spec.env.get("FLASHRL_LMHEAD_FP32") == "1":
-            c.warning("env", "env.FLASHRL_LMHEAD_FP32", "=1 likely breaks on vllm-ascend (its lm_head classes "
-                      "skip FlashRL's patch); remove it")
+    for key in sorted(spec.env.keys() & OWNED_ENV.keys()):
+        c.error("env", f"env.{key}", f"is set by {OWNED_ENV[key]}; remove it from env and set it there")
+    if spec.cluster.accelerator == "npu" and spec.rollout.lmhead_fp32:
+        c.warning("env", "rollout.lmhead_fp32", "FLASHRL_LMHEAD_FP32=1 likely breaks on vllm-ascend (its "
+                  "lm_head classes skip FlashRL's patch); keep it false until an NPU test says otherwise")
 
 
 def check_resume(c: Collector, spec: RunSpec, r: Rendered) -> None:

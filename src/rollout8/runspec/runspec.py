@@ -108,9 +108,9 @@ class NetworkSpec(_Strict):
     hccl_exec_timeout: int | None = Field(None, ge=1, description="HCCL_EXEC_TIMEOUT in seconds (unset: CANN default).")
     hccl_buffsize: int | None = Field(None, ge=1, description="HCCL_BUFFSIZE in MB (unset: CANN default).")
     hccl_host_socket_port_range: str | None = Field(
-        None, pattern=PORT_RANGE_PATTERN, description="HCCL_HOST_SOCKET_PORT_RANGE, e.g. 60000-60050.")
+        None, description="HCCL_HOST_SOCKET_PORT_RANGE, e.g. 60000-60050.")
     hccl_npu_socket_port_range: str | None = Field(
-        None, pattern=PORT_RANGE_PATTERN, description="HCCL_NPU_SOCKET_PORT_RANGE, e.g. 61000-61050.")
+        None, description="HCCL_NPU_SOCKET_PORT_RANGE, e.g. 61000-61050.")
 
     @field_validator("nic")
     @classmethod
@@ -123,6 +123,8 @@ class NetworkSpec(_Strict):
     @classmethod
     def _port_range(cls, value: str | None) -> str | None:
         if value is not None:
+            if not re.fullmatch(PORT_RANGE_PATTERN, value):
+                raise ValueError(f"{value!r} is not a port range: LOW-HIGH, e.g. 60000-60050")
             low, high = (int(x) for x in value.split("-"))
             if not (1 <= low <= high <= 65535):
                 raise ValueError(f"{value!r}: need LOW-HIGH with 1 <= LOW <= HIGH <= 65535")
@@ -132,6 +134,9 @@ class NetworkSpec(_Strict):
 class ClusterSpec(_Strict):
     nnodes: int = Field(ge=1, description="number of nodes (trainer.nnodes).")
     npus_per_node: int = Field(ge=1, description="accelerators used per node (trainer.n_gpus_per_node; 8 on A2).")
+    node_kind: Literal["a2", "a3"] = Field(
+        "a2", description="the Atlas nodes' kind, which bounds npus_per_node: a2 (Atlas 800T A2, 8 NPUs) or a3 "
+                          "(Atlas A3, 16 NPUs).")
     accelerator: Literal["npu", "cpu"] = Field(
         "npu", description="npu: Ascend; cpu: the simulated CPU cluster (tests, demo), trainer.device=cpu.")
     network: NetworkSpec = Field(default_factory=NetworkSpec)

@@ -280,6 +280,30 @@ def non_finite(value: Any) -> float | None:
     return next((found for found in map(non_finite, items) if found is not None), None)
 
 
+# Keys whose value verl takes in more than one shape: trainer.logger is a backend name or a list of them
+# (verl 51d2104, verl/utils/tracking.py:50-52 wraps a string in a list).
+STR_OR_LIST = frozenset({"trainer.logger"})
+_HYDRA_INT = re.compile(r"[+-]?\d[\d_]*")
+_HYDRA_FLOAT = re.compile(r"[+-]?(\d[\d_]*)?\.?\d*([eE][+-]?\d+)?")
+
+
+def as_hydra_reads(value: Any) -> Any:
+    """The value hydra reads from `key=<value as render writes it>`: a string written bare that hydra's grammar
+    takes for a bool, null or number (YAML's "true", "null", "8") is that, as typed after `key=` by hand."""
+    if not isinstance(value, str) or isinstance(value, QuotedStr) or hydra_value(value) != value:
+        return value
+    word = value.lower()
+    if word in ("true", "false"):
+        return word == "true"
+    if word == "null":
+        return None
+    if _HYDRA_INT.fullmatch(value):
+        return int(value.replace("_", ""))
+    if any(ch.isdigit() for ch in value) and _HYDRA_FLOAT.fullmatch(value):
+        return float(value.replace("_", ""))
+    return value
+
+
 def value_problem(override: Override) -> str | None:
     """Why this value cannot be right for the key at the pin (its default's type, the key's range, its shape), else
     None. Hydra would coerce a string like 'lots' only to fail in the middle of the run, or turn 30 into a fraction;
@@ -295,13 +319,14 @@ def value_problem(override: Override) -> str | None:
                 f"({override.key}.<key>: value, or nested as a mapping)")
     if not (override.key in key_table() or override.key in DECLARED_TYPES):
         return None
-    value = override.value
+    value = as_hydra_reads(override.value)
     reference = default(override.key)
     want = DECLARED_TYPES.get(override.key) or (_kind(reference) if reference is not None else None)
     got = _kind(value)
     if value is None or want is None or isinstance(value, str) and value.startswith("${"):  # null, interpolation
         return None
-    ok = got is want or (want is float and got is int) or (want is str and got in (int, float))
+    ok = got is want or (want is float and got is int) or (want is str and got in (int, float)) or \
+        (override.key in STR_OR_LIST and got is str)
     if not ok:
         shown = json.dumps(value) if got in (bool, int, float, str) else f"a {type(value).__name__}"
         return f"{shown} is not {_TYPE_NAMES[want]} (verl's default here is {json.dumps(reference)})"
