@@ -99,7 +99,7 @@ def test_int8_command_and_env():
                 f"data.train_files={root}/data/train.parquet",
                 f"+ray_kwargs.ray_init.runtime_env.env_vars.FLASHRL_CONFIG='{root}/flashrl.yaml'",
                 "+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_V1='1'",
-                "actor_rollout_ref.rollout.tensor_model_parallel_size=4", "trainer.logger=[console]"):
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=4", "trainer.logger=console"):
         assert arg in argv
     assert len({a.split("=")[0] for a in argv[3:]}) == len(argv) - 3  # no key twice
     env = rendered.env
