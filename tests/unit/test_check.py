@@ -510,7 +510,10 @@ def test_values_verl_accepts_as_written_are_not_refused(raw, run_dir):
     """A plain string logger (verl/utils/tracking.py:50-52 wraps it) and YAML strings hydra reads as a bool, null
     or number (`key=true` on the command line) pass; a word that is none of these is still refused."""
     raw["verl"].update({"trainer.logger": "console", "actor_rollout_ref.actor.use_dynamic_bsz": "true",
-                        "actor_rollout_ref.actor.optim.lr": "1e-6", "trainer.save_freq": "10"})
+                        "actor_rollout_ref.actor.optim.lr": "1e-6", "trainer.save_freq": "10",
+                        # defaults that are interpolations (${oc.select:...,false}): their type is the value's
+                        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": True, "critic.use_dynamic_bsz": "false",
+                        "trainer.project_name": "true"})
     assert errors(raw, run_dir, "verl-value") == []
     raw["verl"]["actor_rollout_ref.actor.use_dynamic_bsz"] = "lots"
     [err] = errors(raw, run_dir, "verl-value")

@@ -321,12 +321,15 @@ def value_problem(override: Override) -> str | None:
         return None
     value = as_hydra_reads(override.value)
     reference = default(override.key)
-    want = DECLARED_TYPES.get(override.key) or (_kind(reference) if reference is not None else None)
+    # a default that is an interpolation ("${oc.select:...,false}") says nothing of the type it resolves to
+    interpolated = isinstance(reference, str) and reference.startswith("${")
+    want = DECLARED_TYPES.get(override.key) or (_kind(reference) if reference is not None and not interpolated
+                                                 else None)
     got = _kind(value)
     if value is None or want is None or isinstance(value, str) and value.startswith("${"):  # null, interpolation
         return None
     ok = got is want or (want is float and got is int) or (want is str and got in (int, float)) or \
-        (override.key in STR_OR_LIST and got is str)
+        (want is str and isinstance(override.value, str)) or (override.key in STR_OR_LIST and got is str)
     if not ok:
         shown = json.dumps(value) if got in (bool, int, float, str) else f"a {type(value).__name__}"
         return f"{shown} is not {_TYPE_NAMES[want]} (verl's default here is {json.dumps(reference)})"
