@@ -169,6 +169,24 @@ def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them(tm
             on_node(node, "docker", "rmi", "-f", tag, check=False)
 
 
+def test_a_node_whose_docker_does_not_answer_root_is_refused_in_preflight_naming_it(demo_job):
+    """The docker runtime drives each node's daemon as root through sudo: a node where that fails (here its socket
+    is gone, as when dockerd is down or not installed) is named with the fix before anything is sent or started."""
+    node = simcluster.NODES[2]
+    on_node(node, "mv", "/var/run/docker.sock", "/var/run/docker.sock.away")
+    try:
+        run = simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
+                                      sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
+                                      "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", "--tags", "preflight", timeout=600)
+        out = one_line(run.output)
+        assert run.rc != 0 and f"{node}: `docker info` as root (through sudo) failed" in out, out[-3000:]
+        assert "install and start it (systemctl enable --now docker)" in out
+        assert all(f"{other}: `docker info`" not in out for other in simcluster.NODES[:2])
+        assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
+    finally:
+        on_node(node, "mv", "/var/run/docker.sock.away", "/var/run/docker.sock")
+
+
 # ------------------------------------------------------------------ models on shared storage, in the containers
 SHARED_RUN = "tiny-cpu-shared"
 SHARED_ROOT = f"/var/lib/rollout8/runs/{SHARED_RUN}"
