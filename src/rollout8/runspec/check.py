@@ -70,7 +70,7 @@ from .check_verl import (
     check_batches,
     check_env,
     check_hybrid,
-    check_npus,
+    check_nodes,
     check_owned,
     check_parallel,
     check_resume,
@@ -86,7 +86,7 @@ from .runspec import RunSpec
 __all__ = [  # the rules live in check_verl and check_artifacts; this is where other code imports them from
     "MOE_CONFIG_KEYS", "MOE_MODEL_TYPES", "OWNED", "PROFILE_SAMPLE", "ROLLOUT", "SAMPLER_DROPPED",
     "VERL_QUANT_LEAVES", "check_batches", "check_context", "check_env", "check_hybrid", "check_layout",
-    "check_models", "check_moe", "check_npus", "check_owned", "check_parallel", "check_paths", "check_profile",
+    "check_models", "check_moe", "check_nodes", "check_owned", "check_parallel", "check_paths", "check_profile",
     "check_resume", "check_rollout_mode", "check_sampler", "check_token_budget", "check_verl_keys",
     "check_verl_quantization", "effective", "is_moe_config", "rules",
     "run_checks",
@@ -150,13 +150,10 @@ def run_checks(spec: RunSpec, profile_cache: Path | None = None, artifacts: bool
     check_verl_quantization(c, spec, rendered)
     check_sampler(c, spec, rendered)
     check_owned(c, spec, rendered)
-    if artifacts:
-        check_moe(c, spec)
-    elif spec.model.moe and spec.flashrl:
-        check_moe(c, spec)  # the spec's own word: no file read
+    check_moe(c, spec, artifacts)
     check_layout(c, spec, artifacts)
     parallel = check_parallel(c, spec, rendered)
-    check_npus(c, spec)
+    check_nodes(c, spec)
     check_batches(c, spec, rendered)
     check_token_budget(c, spec, rendered)
     check_hybrid(c, spec, parallel)

@@ -97,13 +97,15 @@ def is_moe_config(config: dict) -> str | None:
     return None
 
 
-def check_moe(c: Collector, spec: RunSpec) -> None:
+def check_moe(c: Collector, spec: RunSpec, artifacts: bool = True) -> None:
     if not spec.flashrl:
         return
     fix = ("FlashRL's profile covers dense layers only, MoE expert weights would not be requantized; "
            "use rollout.quantization: bf16 for this model")
     if spec.model.moe:
         c.error("moe", "model.moe", f"true: {fix}")
+        return
+    if not artifacts:
         return
     for field, path in (("model.bf16", spec.model.bf16), ("model.int8", spec.model.int8)):
         config = _read_config(path)
@@ -200,15 +202,10 @@ def check_context(c: Collector, spec: RunSpec, r: Rendered) -> None:
     """The model's context holds prompt + response: verl's vLLM rollout asserts it when the rollout starts
     (verl 51d2104, vllm_rollout_spmd.py:167-198: max_position_embeddings of config.json, or of its llm_config or
     text_config, times rope_scaling's factor when set); vLLM refuses a longer max_model_len too."""
-    from ..quant.checkpoint import read_json
-
     path = spec.model.bf16
-    if path is None or not (path / "config.json").is_file():
-        return  # reported by check_paths, or not on this machine
-    try:
-        config = read_json(path / "config.json", "config.json")
-    except ModelError:
-        return  # reported by check_models
+    config = _read_config(path)
+    if config is None:
+        return  # missing or unreadable: reported by check_paths or check_models
     prompt, response = as_int(c, r, "data.max_prompt_length"), as_int(c, r, "data.max_response_length")
     if prompt is None or response is None:
         return

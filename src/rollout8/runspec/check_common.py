@@ -39,6 +39,11 @@ def verl_field(spec: RunSpec, key: str) -> str:
     return f"verl.{key}"
 
 
+def user_sets(spec: RunSpec, key: str) -> bool:
+    """The spec's verl block sets key itself (else verl's default, or render's, holds)."""
+    return any(verl_keys.split_key(raw)[1] == key for raw in spec.verl)
+
+
 def effective(rendered: Rendered, key: str) -> Any:
     """The value verl will see: set by the render (spec or derived), deleted, or verl's default at the pin."""
     for override in rendered.overrides:

@@ -7,7 +7,7 @@ Each reports through a Collector (check_common); check.run_checks calls them in 
 from __future__ import annotations
 
 from . import verl_keys
-from .check_common import ROLLOUT, Collector, as_int, effective, truthy, verl_field
+from .check_common import ROLLOUT, Collector, as_int, effective, truthy, user_sets, verl_field
 from .render import Rendered, render
 from .runspec import RunSpec
 
@@ -126,8 +126,8 @@ def check_parallel(c: Collector, spec: RunSpec, r: Rendered) -> tuple[int, int] 
     npus = spec.cluster.npus_per_node
     world = spec.cluster.nnodes * npus
     if npus % infer != 0:
-        set_by = "" if any(verl_keys.split_key(k)[1] == ROLLOUT + "tensor_model_parallel_size"
-                           for k in spec.verl) else f" (verl's default at the pin is {tp})"
+        set_by = "" if user_sets(spec, ROLLOUT + "tensor_model_parallel_size") else \
+            f" (verl's default at the pin is {tp})"
         c.error("tp", verl_field(spec, ROLLOUT + "tensor_model_parallel_size"),
                 f"rollout TP {tp} x PP {pp} x DP {dp} = {infer} does not divide cluster.npus_per_node {npus}"
                 f"{set_by}; pick a divisor of {npus}")
@@ -199,9 +199,8 @@ def check_token_budget(c: Collector, spec: RunSpec, r: Rendered) -> None:
     budget = as_int(c, r, ROLLOUT + "max_num_batched_tokens")
     length, how = model_len(c, r)
     if budget is not None and length and budget < length:
-        field = verl_field(spec, ROLLOUT + "max_num_batched_tokens")
-        set_by = "" if field[len("verl."):] in spec.verl else " (verl's default)"
-        c.error("token-budget", field,
+        set_by = "" if user_sets(spec, ROLLOUT + "max_num_batched_tokens") else " (verl's default)"
+        c.error("token-budget", verl_field(spec, ROLLOUT + "max_num_batched_tokens"),
                 f"{budget}{set_by} is below max_model_len {length} ({how}) with enable_chunked_prefill off: verl's "
                 f"vLLM rollout refuses it when the rollout starts, after the cluster is up; raise it to at least "
                 f"{length} or turn chunked prefill on")
@@ -211,14 +210,15 @@ def check_token_budget(c: Collector, spec: RunSpec, r: Rendered) -> None:
 NPUS_PER_NODE = {"a2": 8, "a3": 16}
 
 
-def check_npus(c: Collector, spec: RunSpec) -> None:
+def check_nodes(c: Collector, spec: RunSpec) -> None:
+    """NPU nodes: as many NPUs per node as their kind has ([npus]), and a data NIC named for more than one
+    ([network])."""
     cluster = spec.cluster
     if cluster.accelerator != "npu":
         return
     most = NPUS_PER_NODE[cluster.node_kind]
     if cluster.npus_per_node > most:
-        other = next(k for k, v in NPUS_PER_NODE.items() if v >= cluster.npus_per_node) \
-            if cluster.npus_per_node <= max(NPUS_PER_NODE.values()) else None
+        other = next((k for k, v in NPUS_PER_NODE.items() if v >= cluster.npus_per_node), None)
         c.error("npus", "cluster.npus_per_node",
                 f"{cluster.npus_per_node}, but an Atlas {cluster.node_kind.upper()} node has {most} NPUs "
                 f"(cluster.node_kind: {cluster.node_kind}"
