@@ -33,6 +33,13 @@ CONTAINER = "rollout8-train"  # the runtime role's default name
 on_node = functools.partial(conftest.on_node, timeout=120)  # every command here takes seconds
 
 
+def demo_play(*args: str) -> simcluster.Run:
+    """ansible/train.yml with the shipped demo spec and the demo's production-runtime settings, on its cluster."""
+    return simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
+                                   sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
+                                   "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", *args, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def demo_job():
     reason = docker_available()
@@ -104,10 +111,7 @@ def test_a_node_that_has_the_image_is_sent_nothing(demo_job):
                             capture_output=True, text=True, check=True).stdout
     tarball.with_name("image.tar.json").write_text(record)
     assert not tarball.exists()
-    run = simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
-                                  sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
-                                  "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", "-e", f"rollout8_image={image}",
-                                  "-e", f"rollout8_image_tarball={tarball}", "--tags", "image", timeout=600)
+    run = demo_play("-e", f"rollout8_image={image}", "-e", f"rollout8_image_tarball={tarball}", "--tags", "image")
     assert run.rc == 0, run.output[-3000:]
     for task in ("Send the tarball (rsync, resumable)", "Docker load"):
         block = run.output.split(f"TASK [image : {task}]", 1)[1].split("TASK [", 1)[0]
@@ -132,10 +136,7 @@ def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them(tm
                                       f"tar -C /tmp/odd -c which | docker import - {tag}")
             ids[node] = on_node(node, "docker", "image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
         assert len(set(ids.values())) == 3
-        run = simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
-                                      sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
-                                      "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", "-e", f"rollout8_image={tag}",
-                                      "--tags", "image", timeout=600)
+        run = demo_play("-e", f"rollout8_image={tag}", "--tags", "image")
         assert run.rc != 0
         line = " ".join(run.output.split())
         assert f"{tag} is not one image on every node" in line, run.output[-3000:]
@@ -154,10 +155,7 @@ def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them(tm
                        capture_output=True)
         saved = json.loads(tarball.with_name("odd.tar.json").read_text())["id"]
         saved = saved if saved.startswith("sha256:") else f"sha256:{saved}"
-        run = simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
-                                      sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
-                                      "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", "-e", f"rollout8_image={tag}",
-                                      "-e", f"rollout8_image_tarball={tarball}", "--tags", "image", timeout=600)
+        run = demo_play("-e", f"rollout8_image={tag}", "-e", f"rollout8_image_tarball={tarball}", "--tags", "image")
         assert run.rc == 0, run.output[-3000:]
         loads = run.output.split("TASK [image : Docker load]", 1)[1].split("TASK [", 1)[0]
         for node in simcluster.NODES:
@@ -175,9 +173,7 @@ def test_a_node_whose_docker_does_not_answer_root_is_refused_in_preflight_naming
     node = simcluster.NODES[2]
     on_node(node, "mv", "/var/run/docker.sock", "/var/run/docker.sock.away")
     try:
-        run = simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
-                                      sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
-                                      "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", "--tags", "preflight", timeout=600)
+        run = demo_play("--tags", "preflight")
         out = one_line(run.output)
         assert run.rc != 0 and f"{node}: `docker info` as root (through sudo) failed" in out, out[-3000:]
         assert "install and start it (systemctl enable --now docker)" in out
@@ -223,9 +219,9 @@ def docker_run(spec, work, *args: str, playbook: str = "train.yml") -> simcluste
 
 
 def newest_driver_log(work) -> str:
-    logs = sorted(work.glob("logs/*/driver.log"), key=lambda p: p.stat().st_mtime)
-    assert logs, f"no driver log collected under {work / 'logs'}"
-    return logs[-1].read_text(errors="replace")
+    job = sim_demo.latest_job_logs(work)
+    assert job is not None, f"no driver log collected under {work / 'logs'}"
+    return (job / "driver.log").read_text(errors="replace")
 
 
 def process_env(node: str, name: str) -> str:
