@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sim_demo
 import simcluster  # the simulated cluster (a product part, virtual/: on pytest's pythonpath)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 ANSIBLE_DIR, RECAP, Run = simcluster.ANSIBLE_DIR, simcluster.RECAP, simcluster.Run  # re-exported for the tests
+CONTAINER = "rollout8-train"  # the runtime role's default name
 
 
 def one_line(output: str) -> str:
@@ -39,18 +41,23 @@ class Cluster:
     spec: Path
     work: Path
     facts: Path
-    wheel: Path
 
     def playbook(self, *args: str, playbook: str = "train.yml", timeout: int = 900, kind: str = "probe",
                  spec: Path | None = None, follow: bool = True) -> Run:
-        """train.yml (or another playbook) on the cluster; the probe job unless kind="verl" (the real job). With
-        follow, the verify play waits for the job's end (train.yml alone returns once a verl job runs)."""
-        return simcluster.run_playbook(simcluster.INVENTORY, spec or self.spec, self.work, self.facts, self.wheel,
-                                       "-e", f"rollout8_job_kind={kind}", "-e", f"rollout8_verify_follow={follow}",
-                                       *args, playbook=playbook, timeout=timeout)
+        """train.yml (or another playbook) on the cluster, in the training containers of the demo's image; the
+        probe job unless kind="verl" (the real job). With follow, the verify play waits for the job's end
+        (train.yml alone returns once a verl job runs)."""
+        return simcluster.run_playbook(simcluster.INVENTORY, spec or self.spec, self.work, self.facts,
+                                       *sim_demo.image_args(), "-e", f"rollout8_job_kind={kind}",
+                                       "-e", f"rollout8_verify_follow={follow}", *args, playbook=playbook,
+                                       timeout=timeout)
 
     def node(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         return on_node(name, *cmd, check=check)
+
+    def container(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        """A command in the node's training container (the runtime role's default name), as the roles run theirs."""
+        return on_node(name, "docker", "exec", CONTAINER, *cmd, check=check)
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +72,7 @@ def sim_cluster() -> Cluster:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     facts = work / "facts"
-    return Cluster(spec=spec, work=work, facts=facts, wheel=simcluster.bundle_wheel())
+    return Cluster(spec=spec, work=work, facts=facts)
 
 
 @pytest.fixture(scope="session")

@@ -34,10 +34,9 @@ on_node = functools.partial(conftest.on_node, timeout=120)  # every command here
 
 
 def demo_play(*args: str) -> simcluster.Run:
-    """ansible/train.yml with the shipped demo spec and the demo's production-runtime settings, on its cluster."""
+    """ansible/train.yml with the shipped demo spec on the demo's cluster; the caller names the image, if any."""
     return simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK,
-                                   sim_demo.DEMO_WORK / "facts", simcluster.bundle_wheel(),
-                                   "-e", f"@{sim_demo.DOCKER_RUNTIME_VARS}", *args, timeout=600)
+                                   sim_demo.DEMO_WORK / "facts", *args, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +56,7 @@ def test_inventory_is_ssh_as_a_non_root_user_with_become(demo_job):
     cluster_vars = dict(inventory["cluster:vars"])
     assert cluster_vars["ansible_user"] == simcluster.NODE_USER != "root"
     # ssh, Ansible's default connection: none is named in the inventory, its group variables or the demo's
-    for path in (simcluster.INVENTORY, *simcluster.INVENTORY.parent.rglob("*.yml"), sim_demo.DOCKER_RUNTIME_VARS):
+    for path in (simcluster.INVENTORY, *simcluster.INVENTORY.parent.rglob("*.yml")):
         assert "ansible_connection" not in path.read_text(), path
     whoami = on_node(simcluster.NODES[0], "su", "-", simcluster.NODE_USER, "-c", "sudo -n whoami")
     assert whoami.stdout.strip() == "root"
@@ -70,7 +69,7 @@ def test_each_node_runs_the_training_container_in_its_own_daemon_with_one_image(
                         CONTAINER).stdout.split()
         assert state[0] == "true" and state[2] == "host", f"{node}: {state}"
         ids[node] = state[1]
-        # Ray runs inside it (the node's own processes hold no raylet of the host runtime)
+        # Ray runs inside it
         assert on_node(node, "docker", "exec", CONTAINER, "pgrep", "-x", "raylet", check=False).returncode == 0
         # the node's daemon is its own: its data root is the node's volume, not this machine's daemon
         root = on_node(node, "docker", "info", "-f", "{{.DockerRootDir}}").stdout.strip()
@@ -91,6 +90,21 @@ def test_rollout_ranks_ran_in_containers_on_at_least_two_nodes(demo_job):
     patched = {path.relative_to(demo_job).parts[0] for path in demo_job.rglob("worker-*")
                if "Successfully patched" in path.read_text(errors="replace")}
     assert len(patched & set(simcluster.NODES)) >= 2, sorted(patched)
+
+
+def test_the_stand_in_image_carries_no_cuda_library_a_cpu_never_loads(demo_job):
+    """The stand-in stack leaves out what PyPI's CUDA build of torch ships and no CPU process opens (1.2 of its
+    8.1 GB, paid once per node that loads it); the demo's job, which ran in these containers, is the proof."""
+    site = on_node(simcluster.NODES[0], "docker", "exec", CONTAINER, "python3", "-c",
+                   "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    assert site.endswith("site-packages"), site
+    for pattern in simcluster.CPU_UNUSED_CUDA:
+        left = on_node(simcluster.NODES[0], "docker", "exec", CONTAINER, "sh", "-c", f"ls -d {site}/{pattern}",
+                       check=False)
+        assert left.returncode != 0, left.stdout
+    # what torch links at import is there (libtorch_cuda.so needs cuDNN's loader and cuBLAS, among others)
+    assert on_node(simcluster.NODES[0], "docker", "exec", CONTAINER, "ls", f"{site}/nvidia/cudnn/lib/libcudnn.so.9",
+                   check=False).returncode == 0
 
 
 def test_the_checkpoint_is_on_the_shared_storage(demo_job):
@@ -213,8 +227,8 @@ def shared_spec(work) -> tuple:
 
 def docker_run(spec, work, *args: str, playbook: str = "train.yml") -> simcluster.Run:
     """A playbook on the demo's cluster, production runtime, the probe job (followed to its verdict)."""
-    return simcluster.run_playbook(simcluster.INVENTORY, spec, work, work / "facts", simcluster.bundle_wheel(),
-                                   *sim_demo.docker_runtime_args(), "-e", "rollout8_job_kind=probe",
+    return simcluster.run_playbook(simcluster.INVENTORY, spec, work, work / "facts", *sim_demo.image_args(),
+                                   "-e", "rollout8_job_kind=probe",
                                    "-e", "rollout8_verify_follow=true", *args, playbook=playbook, timeout=900)
 
 

@@ -38,8 +38,7 @@ def playbook(work: Path, spec: Path, image: str, tarball: Path | None, *extra: s
             "rollout8_preflight_min_shm_gb": 0.25, "rollout8_job_timeout_s": 600, "rollout8_job_poll_s": 5,
             "ansible_python_interpreter": sys.executable}
     inventory = simcluster.DOCKER_INVENTORY
-    run = simcluster.run_playbook(inventory, spec, work, work / "facts", simcluster.bundle_wheel(),
-                                  "-e", json.dumps(args), *extra, playbook=name)
+    run = simcluster.run_playbook(inventory, spec, work, work / "facts", "-e", json.dumps(args), *extra, playbook=name)
     (work / f"{name}.log").write_text(run.output)
     return run.rc, run.output
 

@@ -114,7 +114,7 @@ def lifecycle(sim_cluster) -> dict:
         time.sleep(0.2)
     killed_at = latest_checkpoint(shared)
     assert start < killed_at < STEPS, f"no new checkpoint before the end (had {start}, now {killed_at})"
-    sim_cluster.node(WORKER, "/opt/rollout8/venv/bin/ray", "stop", "--force")
+    sim_cluster.container(WORKER, "ray", "stop", "--force")
     failed = sim_cluster.playbook("--tags", "verify", kind="verl", spec=spec, timeout=900)
     text = one_line(failed.output)
     assert failed.rc != 0 and f"job {job} FAILED at step" in text, text[-4000:]

@@ -218,10 +218,9 @@ def test_env_not_exported_before_ray_start_is_caught(sim_cluster: Cluster, conve
         trap = sim_cluster.playbook("--tags", "ray", "-e", "rollout8_ray_export_env=false")
         assert trap.rc == 0, trap.output[-4000:]
         cfg = json.loads(sim_cluster.node("rollout8-sim-head", "cat", PLAN).stdout)["node_paths"]["flashrl"]
-        job = sim_cluster.node("rollout8-sim-head", "/opt/rollout8/venv/bin/ray", "job", "submit", "--address",
-                               "http://127.0.0.1:8265", "--", "env", f"FLASHRL_CONFIG={cfg}",
-                               "/opt/rollout8/venv/bin/rollout8", "probe-job", "--plan", PLAN, "--nodes", "3",
-                               check=False)
+        job = sim_cluster.container("rollout8-sim-head", "ray", "job", "submit", "--address",
+                                    "http://127.0.0.1:8265", "--", "env", f"FLASHRL_CONFIG={cfg}",
+                                    "rollout8", "probe-job", "--plan", PLAN, "--nodes", "3", check=False)
         out = job.stdout + job.stderr
         assert read_verdict(out) is not None, out[-3000:]
         for node in NODES:
@@ -259,16 +258,35 @@ def test_stopped_worker_fails_fast_naming_it_then_rerun_converges(sim_cluster: C
         assert after == before, "Ray was touched on a healthy node although the run failed"
         assert sim_cluster.node("rollout8-sim-head", "bash", "-c", "cat /opt/rollout8/run/job-*").stdout == jobs_before
     finally:
+        # /run outlives a stopped container (a machine's is a tmpfs): the last boot's pid file, here naming a pid
+        # that this boot's first process takes, must not keep the node's Docker daemon from starting again
+        stale = subprocess.run(["docker", "cp", "-", "rollout8-sim-w2:/run/"], input=_tar_of("docker.pid", b"1\n"),
+                               capture_output=True)
+        assert stale.returncode == 0, stale.stderr
         subprocess.run(["docker", "start", "rollout8-sim-w2"], capture_output=True)
+        simcluster.daemons_up()  # the node boots as a machine does: its Docker daemon, then its training container
         simcluster.access()  # a restarted node may come back at another address, as a rebooted one can
     rerun = sim_cluster.playbook("-e", "rollout8_relaunch=true")
     assert rerun.rc == 0, rerun.output[-4000:]
     assert "probe job GREEN on all 3 nodes" in rerun.output
 
 
+def _tar_of(name: str, data: bytes) -> bytes:
+    """A one-file tar archive in memory (what `docker cp -` reads)."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
 def test_limit_without_cached_facts_is_refused_before_touching_nodes(sim_cluster: Cluster, tmp_path):
     """--limit leaves hosts out; without their cached facts the head's address is unknown: refuse, name them."""
-    cold = Cluster(spec=sim_cluster.spec, work=sim_cluster.work, facts=tmp_path / "no-facts", wheel=sim_cluster.wheel)
+    cold = Cluster(spec=sim_cluster.spec, work=sim_cluster.work, facts=tmp_path / "no-facts")
     run = cold.playbook("--limit", "rollout8-sim-w1")
     assert run.rc != 0
     assert re.search(r"--limit leaves out rollout8-sim-head, and no facts of rollout8-sim-head are cached", run.output)
@@ -297,7 +315,7 @@ def test_reset_removes_what_it_says_and_a_second_reset_changes_nothing(sim_clust
     root = json.loads((sim_cluster.work / sim_cluster.spec.stem / "rollout8-plan.json").read_text())["deploy_root"]
     nodes = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
     args = ("-e", "rollout8_reset_confirmed=true", "-e", "rollout8_reset_remove_artifacts=true")
-    planless = Cluster(spec=sim_cluster.spec, work=tmp_path, facts=sim_cluster.facts, wheel=sim_cluster.wheel)
+    planless = Cluster(spec=sim_cluster.spec, work=tmp_path, facts=sim_cluster.facts)
     refused = planless.playbook(*args, playbook="reset.yml", timeout=300)
     assert refused.rc != 0 and "no plan" in refused.output and "Nothing was changed" in refused.output
     assert all(sim_cluster.node(n, "pgrep", "-x", "raylet", check=False).returncode == 0 for n in nodes)

@@ -86,7 +86,7 @@ FIX = "fix it where it is set (group_vars, host_vars or -e) and run again. Nothi
     (("-e", "rollout8_job_wait_until=frist_step"),
      "value of rollout8_job_wait_until must be one of: auto, first_step, end, got: frist_step"),
     (("-e", "rollout8_job_kind=smoke"), "value of rollout8_job_kind must be one of: verl, probe, got: smoke"),
-    (("-e", "rollout8_runtime=podman"), "value of rollout8_runtime must be one of: docker, host, got: podman"),
+    (("-e", "rollout8_runtime=host"), "value of rollout8_runtime must be one of: docker, got: host"),
     (("-e", "rollout8_ray_port=abc"), 'rollout8_ray_port="abc" is not an integer'),
     (("-e", "rollout8_ray_dashboard_port=70000"), "rollout8_ray_dashboard_port=70000 is out of range (1-65535)"),
     (("-e", "rollout8_preflight_min_disk_gb=lots"), 'rollout8_preflight_min_disk_gb="lots" is not a number'),
@@ -204,8 +204,8 @@ def test_the_simulated_cluster_inventory_passes_the_host_checks(tmp_path):
 
     addresses = {name: f"127.0.0.{20 + i}" for i, name in enumerate(simcluster.NODES)}
     simcluster.write_inventory(tmp_path / "inventory", addresses, tmp_path / "id_ed25519")
-    sim = ("-e", f"rollout8_bundle_wheel={tmp_path}/x.whl", "-e", "rollout8_job_kind=verl",
-           "-e", "rollout8_verify_follow=true")
+    sim = ("-e", "rollout8_image=rollout8/sim-train:x", "-e", f"rollout8_image_tarball={tmp_path}/x.tar",
+           "-e", "rollout8_image_load_throttle=2", "-e", "rollout8_job_kind=verl", "-e", "rollout8_verify_follow=true")
     rc, out = play(tmp_path, *sim, inventory=None)
     assert_refused_before_any_node(rc, out, f"rollout8_run_spec={tmp_path}/run.yaml does not exist on the controller")
     rc, out = play(tmp_path, *sim, "-e", "rollout8_cluster_nic=eth0,eth1", inventory=None)

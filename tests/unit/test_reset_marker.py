@@ -5,9 +5,10 @@ place and named (node and path) while the rest of the teardown goes on. And `rol
 when it cannot make one.
 
 The node module (ansible/library/rollout8_deploy_root.py) runs as Ansible runs it, and the real playbooks run
-(ansible-playbook from .venv) against one node that is this machine (ansible_connection=local, the host runtime):
-its deploy root, rollout8_home and the controller's work directory all lie under tmp_path, so nothing outside it is
-touched (Ray's stop finds no ray under tmp_path and is allowed to fail; the docker-runtime task does not run).
+(ansible-playbook from .venv) against one node that is this machine (ansible_connection=local): its deploy root,
+rollout8_home and the controller's work directory all lie under tmp_path, so nothing outside it is touched (the
+training container is one no machine has, so Ray's stop in it fails, as it may, and its removal has nothing to
+remove; without Docker there is no container to remove).
 """
 
 from __future__ import annotations
@@ -196,8 +197,10 @@ def playbook(tmp_path: Path, name: str, *args: str) -> tuple[int, str]:
     env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"), ANSIBLE_NOCOLOR="1",
                PATH=f"{PLAYBOOK.parent}:{os.environ['PATH']}")
     proc = subprocess.run([str(PLAYBOOK), "-i", str(inv), name, "-e", f"rollout8_run_spec={tmp_path}/run.yaml",
-                           "-e", f"rollout8_work_dir={tmp_path}/work", "-e", "rollout8_runtime=host",
-                           "-e", f"rollout8_home={tmp_path}/home", *args],
+                           "-e", f"rollout8_work_dir={tmp_path}/work", "-e", f"rollout8_home={tmp_path}/home",
+                           "-e", "rollout8_container_name=rollout8-unit-reset-absent",
+                           # a cpu spec: the probe job (a cpu verl job needs the simulated cluster's stand-in image)
+                           "-e", "rollout8_job_kind=probe", *args],
                           cwd=ANSIBLE, env=env, capture_output=True, text=True, timeout=600)
     return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
 
