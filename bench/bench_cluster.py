@@ -2,11 +2,13 @@
 the no-change re-run (how the cost grows with the number of nodes).
 
 Each size starts from fresh containers (virtual/simcluster.py `down` then `up`: images and wheelhouse are
-cached, the nodes are new), an inventory of the head plus the first N-1 workers, and the tests' run spec
+cached, the nodes are new, each with the training image already in its Docker daemon: its distribution is
+bench_image.py's and bench_demo.py's), an inventory of the head plus the first N-1 workers, and the tests' run spec
 (configs/runs/tiny-cpu.yaml with its own deploy root) with `cluster.nnodes: N`. The job is the cluster probe job
 (bench_demo.py times the verl job).
 A run that fails, or a re-run that changes anything, is an error, not a number. Needs a Docker engine (returns no
-rows, with the reason printed, without one); about 3 minutes per size on 2 cores. The cluster is removed after.
+rows, with the reason printed, without one); about 3 minutes per size on 2 cores. The cluster is removed after
+(each node's Docker data stays).
 """
 
 from __future__ import annotations
@@ -51,13 +53,21 @@ def bench(work_dir: Path) -> list[dict]:
     if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         print("bench_cluster: no running Docker engine (bash scripts/ensure-docker.sh): skipped")
         return []
+    import sim_demo
+
     base_spec = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
-    simcluster.wheelhouse()  # built (or found) before any timing; the bundle wheel comes from it
-    wheel = simcluster.bundle_wheel()
+    simcluster.up()
+    image = sim_demo.image_args()  # the training image, built and saved (or found) before any timing
+    if any("rollout8_image_tarball" in arg for arg in image):  # every node loads it once, untimed
+        loaded = simcluster.run_playbook(simcluster.INVENTORY, base_spec, work_dir / "image", work_dir / "facts",
+                                         *image, "--tags", "image", timeout=3600)
+        if loaded.rc != 0:
+            raise RuntimeError(f"loading the training image failed; log in {work_dir / 'image' / 'last-playbook.log'}")
+        image = sim_demo.image_args()
     rows, first = [], {}
     try:
         for n in SIZES:
-            simcluster.down()
+            simcluster.down(keep_images=True)
             simcluster.up()
             work = work_dir / f"{n}-nodes"
             work.mkdir()
@@ -65,7 +75,7 @@ def bench(work_dir: Path) -> list[dict]:
             spec = _spec(base_spec, n)
             runs = []
             for attempt in ("first converge", "no-change re-run"):
-                run = simcluster.run_playbook(inventory, spec, work, work / "facts", wheel,
+                run = simcluster.run_playbook(inventory, spec, work, work / "facts", *image,
                                               "-e", "rollout8_job_kind=probe")
                 if run.rc != 0:
                     raise RuntimeError(f"{n} node(s), {attempt}: train.yml failed (rc {run.rc}); log in "
@@ -81,7 +91,7 @@ def bench(work_dir: Path) -> list[dict]:
                          "a": runs[1].seconds, "b_label": "first converge", "b": runs[0].seconds, "unit": "s",
                          "note": "goal <= 0.25x"})
     finally:
-        simcluster.down()
+        simcluster.down(keep_images=True)
     rows.append({"name": "first converge, growth with nodes", "a_label": f"{SIZES[-1]} nodes",
                  "a": first[SIZES[-1]], "b_label": "1 node", "b": first[1], "unit": "s",
                  "note": "goal <= 1.3x; Ansible runs per-node tasks in parallel, but the simulated nodes (and the "

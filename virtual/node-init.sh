@@ -7,7 +7,9 @@
 #      /rollout8-sim/<node>); v2: the namespace's root is remounted read-write and this script's processes move
 #      to a child, since v2 puts no process in a cgroup that has children;
 #   3. dockerd in the background (log: /var/log/dockerd.log). No bridge and no iptables rules: the training
-#      container uses the node's network (network_mode: host), as on a real node;
+#      container uses the node's network (network_mode: host), as on a real node. /run outlives a restart of the
+#      node's container (a machine's is a tmpfs): the last boot's pid files go first, or dockerd refuses to start
+#      when their pid is taken by another process of this boot;
 #   4. sshd in the foreground.
 set -u
 ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
@@ -24,6 +26,7 @@ else
     umount "$dir" && mount -t cgroup -o "$controllers" cgroup "$dir" || echo "node-init: $dir stays read-only" >&2
   done
 fi
+rm -f /run/docker.pid /run/docker/containerd/containerd.pid
 dockerd --data-root /var/lib/docker --bridge none --iptables=false --cgroup-parent "/rollout8-sim/$(hostname)" \
   >/var/log/dockerd.log 2>&1 &
 exec /usr/sbin/sshd -D -e

@@ -13,49 +13,62 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sim_images import BUILDER, REPO, bundle_wheel, sh, train_image, train_tarball
-from sim_nodes import HERE, INVENTORY, NODES, SHARED_HOST, run_playbook, up
+from sim_images import BUILDER, REPO, free_gb, sh, train_image, train_tarball
+from sim_nodes import INVENTORY, NODES, SHARED_HOST, run_playbook, up
 from sim_runs import bf16_twin, demo_spec
 
 DEMO_WORK = REPO / ".cache" / "cluster" / "demo"
-# The production runtime's settings for the simulated nodes (the training container, its stand-in stack).
-DOCKER_RUNTIME_VARS = HERE / "inventory" / "docker-runtime.yml"
+CONTAINER = "rollout8-train"  # the runtime role's default name for the training container
 # `make image-save` writes the training image's tarball where the nodes' shared directory is (this machine mounts
 # the shared storage, as a cluster's login node often does): the image role finds it in
 # <cluster.shared_dir>/.rollout8-images complete, and the controller's link carries nothing more.
 IMAGE_DIR = SHARED_HOST / ".rollout8-images"
 
 
-def stop_host_runtime_ray() -> None:
-    """Stop a Ray the host runtime left on a node (the cluster tests run on the same nodes with it): it holds the
-    ports the training containers' Ray needs, and the container cannot see it to stop it. Seen by the state the
-    ray role recorded (rollout8_home/run/ray-state.json, runtime host); a node without one is left alone."""
-    check = ("import json,sys; sys.exit(0 if json.load(open('/opt/rollout8/run/ray-state.json')).get('runtime')"
-             " == 'host' else 1)")
-    for name in NODES:
-        if sh("docker", "exec", name, "python3", "-c", check, check=False, capture=True).returncode == 0:
-            print(f">> {name}: stopping the host runtime's Ray (the cluster tests'); the training container runs "
-                  "its own", file=sys.stderr)
-            sh("docker", "exec", name, "/opt/rollout8/venv/bin/ray", "stop", "--force", check=False, capture=True)
-            sh("docker", "exec", name, "rm", "-f", "/opt/rollout8/run/ray-state.json", capture=True)
-
-
-def docker_runtime_args() -> tuple[str, ...]:
-    """ansible-playbook arguments of the production runtime: the training image (built by `make image`'s own
-    stages on the CPU stand-in stack) and the runtime's settings for these nodes. The image goes as users send it:
-    `make image-save`'s tarball, which the image role sends once to the shared directory and every node loads
-    (and removes once all have). When every node's daemon already has the image, nothing is saved: the play gets
-    the image's id, checks it on every node and loads nothing."""
+def image_args() -> tuple[str, ...]:
+    """ansible-playbook arguments naming the training image (built by `make image`'s own stages on the CPU stand-in
+    stack), as users give it: `make image-save`'s tarball, which the image role sends once to the shared directory
+    and every node loads (and removes once all have). When every node's daemon already has the image, nothing is
+    saved: the play gets the image's id, checks it on every node and loads nothing."""
     image = train_image()
     image_id = sh(BUILDER, "image", "inspect", "-f", "{{.Id}}", image, capture=True).stdout.strip()
     image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
     have = [sh("docker", "exec", name, "docker", "image", "inspect", "-f", "{{.Id}}", image, check=False,
                capture=True).stdout.strip() for name in NODES]
-    common = ("-e", f"@{DOCKER_RUNTIME_VARS}", "-e", f"rollout8_image={image}")
     if all(node_id == image_id for node_id in have):
         print(f">> every node has {image} ({image_id[:19]}): nothing to send", file=sys.stderr)
-        return (*common, "-e", f"rollout8_image_id={image_id}")
-    return (*common, "-e", f"rollout8_image_tarball={train_tarball(image, IMAGE_DIR)}")
+        return ("-e", f"rollout8_image={image}", "-e", f"rollout8_image_id={image_id}")
+    drop_superseded(image)
+    tarball = train_tarball(image, IMAGE_DIR)
+    throttle = load_throttle(tarball, sum(node_id != image_id for node_id in have))
+    return ("-e", f"rollout8_image={image}", "-e", f"rollout8_image_tarball={tarball}",
+            "-e", f"rollout8_image_load_throttle={throttle}")
+
+
+def drop_superseded(image: str) -> None:
+    """Each node's training images of other content keys, and a training container running one, before a new
+    image is loaded: the runtime role would replace that container anyway, and the three nodes' daemons share this
+    machine's disk (7 GB per node and image). The demo's own doing, not the image role's: on a real cluster a
+    node's older images are its operators' to keep or remove."""
+    repo = image.rsplit(":", 1)[0]
+    for name in NODES:
+        tags = sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
+                  capture=True).stdout.split()
+        old = [tag for tag in tags if tag.rsplit(":", 1)[0].endswith(repo) and not tag.endswith(image)]
+        if old:
+            sh("docker", "exec", name, "docker", "rm", "-f", CONTAINER, check=False, capture=True)
+            sh("docker", "exec", name, "docker", "rmi", *old, check=False, capture=True)
+            print(f">> {name}: removed the superseded {', '.join(old)} (and its training container)", file=sys.stderr)
+
+
+def load_throttle(tarball: Path, loads: int) -> int:
+    """How many nodes load the image at once. The three nodes' Docker data share this machine's one disk, and a
+    `docker load` unpacks the whole tarball before it registers the layers (twice the image at peak): as many at
+    once as the disk has room for. Side by side on this machine three loads took 135 s, one after another 243 s
+    (each load is CPU-bound in one dockerd: checksums, tar, the kernel's copies)."""
+    room = free_gb(str(IMAGE_DIR)) - 2  # a margin for what the nodes write meanwhile
+    fits = int(room // (2 * tarball.stat().st_size / 1e9))
+    return max(1, min(max(loads, 1), fits))
 
 
 def latest_job_logs(work: Path) -> Path | None:
@@ -90,14 +103,13 @@ def demo(*playbook_args: str) -> int:
     """`make demo`: the cluster up, the shipped tiny-cpu spec through ansible/train.yml, the verdict."""
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     up()
-    stop_host_runtime_ray()
-    runtime = docker_runtime_args()
+    runtime = image_args()
     spec = demo_spec()
     # As on a real cluster: train.yml returns once the job runs (a verl job: its first step logged); the verify
     # play, run later from another shell, shows where it stands; here it follows the job to its final verdict.
     for step, args in (("train.yml", ()), ("train.yml --tags verify", ("--tags", "verify", "-e",
                                                                        "rollout8_verify_follow=true"))):
-        run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", bundle_wheel(), *runtime, *args,
+        run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime, *args,
                            *playbook_args, timeout=3600, stream=True)
         if run.rc != 0:
             print(f"demo: ansible-playbook {step} failed (exit {run.rc}); its output is in "
@@ -131,12 +143,11 @@ def compare(*playbook_args: str) -> int:
     """`make demo-compare`: the demo's int8 run and its bf16 twin through train.yml, then `rollout8 report`."""
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     up()
-    stop_host_runtime_ray()
-    runtime = docker_runtime_args()
+    runtime = image_args()
     jobs = {}
     for label, spec in (("int8", demo_spec()), ("bf16", bf16_twin(demo_spec(), DEMO_WORK))):
         print(f">> {label} run: {spec.relative_to(REPO)} through ansible/train.yml", file=sys.stderr)
-        run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", bundle_wheel(), *runtime,
+        run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime,
                            "-e", "rollout8_job_kind=verl", "-e", "rollout8_verify_follow=true", *playbook_args,
                            timeout=3600, stream=True)
         if run.rc != 0:

@@ -1,11 +1,12 @@
 """The simulated cluster's images, each built once and cached by content (virtual/README.md).
 
 What this module owns: the base image rollout8/bookworm-base:4 (scripts/make-base-image.sh: debootstrap + docker
-import, no registry), the wheelhouse and the rollout8 wheel (scripts/build-wheelhouse.sh, into .cache/wheelhouse),
-the stack image rollout8/sim-stack:<key> (the base with /opt/rollout8/venv installed from the wheelhouse in a
-container with --network none: the air-gapped path, for real), the node image rollout8/sim-node:<key> (vLLM's CPU
-adaptations, the CPU bridges, patches/ applied), the stand-in for docker/Dockerfile's `stack` stage and the
-docker-runtime test's training image built on it; the disk guards every build step goes through, and the two
+import, no registry), the node image rollout8/sim-node:<key> (the base as a machine comes: sshd, a login user with
+sudo, its own Docker daemon), the wheelhouse and the rollout8 wheel (scripts/build-wheelhouse.sh, into
+.cache/wheelhouse); in the builder's store (podman's), the stack image rollout8/sim-stack:<key> (the base with
+/opt/rollout8/venv installed from the wheelhouse in a container with --network none: the air-gapped path, for
+real), the stand-in for docker/Dockerfile's `stack` stage on it and the training image that `make image` builds on
+the stand-in, then its `make image-save` tarball; the disk guards every build step goes through, and the two
 helpers (`sh`, `docker_ok`) the other sim_* modules run commands with.
 """
 
@@ -17,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,27 +46,44 @@ def bundle_wheel() -> Path:
     return wheels[-1]
 
 
+# CUDA libraries of PyPI's torch 2.6.0 (a CUDA build, the only one PyPI serves) that nothing loads on a CPU: cuDNN's
+# engine and kernel libraries, which libcudnn.so.9 (needed by libtorch_cuda.so) opens only when a cuDNN handle is
+# made on a GPU, and cuSOLVER, needed only by libtorch_cuda_linalg.so, which torch opens for a linear-algebra op on
+# a CUDA tensor. 1.2 of the stand-in's 8.1 GB: every node loads the image, so each GB is paid four times (saved
+# once, loaded three times). The demo's real verl job on every node is the proof nothing here was needed.
+CPU_UNUSED_CUDA = ("nvidia/cudnn/lib/libcudnn_*.so.9", "nvidia/cusolver")
+STACK_INSTALL = (
+    "set -e; python3 -m venv /opt/rollout8/venv; P='/opt/rollout8/venv/bin/pip -q --disable-pip-version-check'; "
+    "$P install --no-index --find-links /wheelhouse -r /wheelhouse/requirements.txt; "
+    "$P install --no-index --no-deps --find-links /wheelhouse -r /wheelhouse/requirements-nodeps.txt; "
+    "rm -rf /root/.cache/pip; cd /opt/rollout8/venv/lib/python3*/site-packages && rm -rf "
+    + " ".join(CPU_UNUSED_CUDA))
+
+
 def stack_image(house: Path) -> str:
-    """The base plus the node stack in /opt/rollout8/venv, installed offline from the wheelhouse (minutes)."""
-    image = f"rollout8/sim-stack:{hashlib.sha256(f'{BASE_IMAGE} {house.name}'.encode()).hexdigest()[:12]}"
-    if docker_ok("image", "inspect", image):
+    """The base plus the node stack in /opt/rollout8/venv, installed offline from the wheelhouse (minutes), in the
+    builder's store (podman's here), where the stand-in stack and the training image are built on it."""
+    image = f"rollout8/sim-stack:{content_key(f'{BASE_IMAGE} {house.name} {STACK_INSTALL}', ())}"
+    if _builder_has(image):
         return image
     sh("bash", "scripts/make-base-image.sh")  # cached; every caller (demo, tests, bench) gets it, whatever the order
-    print(f">> stack image {image}: offline install of the node stack from {house} (about 4 minutes)",
+    base = _in_builder(BASE_IMAGE)
+    print(f">> stack image {image}: offline install of the node stack from {house} ({BUILDER}, about 4 minutes)",
           file=sys.stderr)
-    script = ("set -e; python3 -m venv /opt/rollout8/venv; P='/opt/rollout8/venv/bin/pip -q "
-              "--disable-pip-version-check'; $P install --no-index --find-links /wheelhouse "
-              "-r /wheelhouse/requirements.txt; $P install --no-index --no-deps --find-links /wheelhouse "
-              "-r /wheelhouse/requirements-nodeps.txt; rm -rf /root/.cache/pip")
-    _commit(image, BASE_IMAGE, script, f"{house.resolve()}:/wheelhouse:ro")
+    _commit(image, base, STACK_INSTALL, f"{house.resolve()}:/wheelhouse:ro", engine=BUILDER)
+    _prune_elsewhere("rollout8/sim-stack")
     return image
 
 
-# What the node image adds to the stack image, each file keying the image: the engine tier's machine
-# adaptations (vLLM's platform dist-info, the GLIBCXX relaxation, the CPU int8 ops), the CPU bridges of a verl
-# run (virtual/cpu_bridges/), the bundle's patches (applied to FlashRL and verl as the training image does).
-NODE_LAYER = ("virtual/engine/cpu_engine_support.py", "virtual/cpu_bridges/rollout8_cpu_bridges.py", "patches",
-              "src/rollout8/node/patches.py", "virtual/node-init.sh")
+# What the node image is made of, each keying it: the node's boot script (virtual/node-init.sh); the commands
+# below (NODE_DAEMON, NODE_ACCESS) key it through its seed.
+NODE_LAYER = ("virtual/node-init.sh",)
+
+
+# The engine that builds the stack, the stand-in and the training image (`make image` needs BuildKit's Dockerfile
+# features: podman here, since Debian's docker 20.10 has no buildx). The three stay in its store: only the training
+# image leaves it, as `make image-save`'s tarball, which is how it reaches the nodes' daemons.
+BUILDER = os.environ.get("ROLLOUT8_SIM_BUILDER", "podman")
 
 
 def content_key(seed: str, names: tuple[str, ...]) -> str:
@@ -78,20 +97,18 @@ def content_key(seed: str, names: tuple[str, ...]) -> str:
     return digest.hexdigest()[:12]
 
 
-def node_image(house: Path) -> str:
-    """The simulated node: the stack image, machine adaptations made, the CPU bridges in site-packages,
-    patches/ applied to FlashRL and verl (seconds on top of the cached stack image)."""
-    stack = stack_image(house)
-    image = f"rollout8/sim-node:{content_key(f'{stack} {NODE_ACCESS} {NODE_DAEMON}', NODE_LAYER)}"
+def node_image() -> str:
+    """The simulated node, as a machine comes: Debian, sshd and a login user with sudo, its own Docker daemon.
+    Nothing of the training stack: that arrives in the training image, as on an Atlas node (a minute, once)."""
+    image = f"rollout8/sim-node:{content_key(f'{BASE_IMAGE} {NODE_ACCESS} {NODE_DAEMON}', NODE_LAYER)}"
     if docker_ok("image", "inspect", image):
         print(f">> node image {image} already built", file=sys.stderr)
         return image
-    print(f">> node image {image}: Docker, CPU adaptations and patches on {stack}", file=sys.stderr)
-    script = (f"set -e; {NODE_DAEMON}; {CPU_ADAPTATIONS}; {NODE_ACCESS}; "
-              "install -m 0755 /repo/virtual/node-init.sh /usr/local/sbin/rollout8-node-init; "
-              "PYTHONPATH=/repo/src $V -m rollout8 patches apply --target $S --component all")
-    # the network for Debian's mirror (the Docker packages); the stack below it was installed with none
-    _commit(image, stack, script, f"{REPO}:/repo:ro", network="bridge")
+    print(f">> node image {image}: sshd, a login user with sudo and Docker on {BASE_IMAGE}", file=sys.stderr)
+    script = (f"set -e; {NODE_DAEMON}; {NODE_ACCESS}; "
+              "install -m 0755 /repo/virtual/node-init.sh /usr/local/sbin/rollout8-node-init")
+    # the network for Debian's mirror (the Docker packages)
+    _commit(image, BASE_IMAGE, script, f"{REPO}:/repo:ro", network="bridge")
     return image
 
 
@@ -107,13 +124,13 @@ NODE_ACCESS = (f"useradd --create-home --shell /bin/bash {NODE_USER}; "
 NODE_DAEMON = ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
                "docker.io tini python3-requests >/dev/null && rm -rf /var/lib/apt/lists/*")
 # The node's main process (virtual/node-init.sh): host keys on first start, the node's dockerd in the background,
-# sshd in the foreground (its sessions start the training containers, or Ray and the jobs on the host runtime).
+# sshd in the foreground (its sessions start the training containers).
 NODE_COMMAND = ("/usr/local/sbin/rollout8-node-init",)
 
 
-# The simulated tier's CPU adaptations, made in the node image and in the stand-in stack alike (run with the
-# repository at /repo): vLLM's CPU platform dist-info and the GLIBCXX relaxation (cpu_engine_support.py
-# prepare-env), the CPU bridges of a verl run (loaded for accelerator: cpu only) in site-packages.
+# The simulated tier's CPU adaptations, made in the stand-in stack (run with the repository at /repo): vLLM's CPU
+# platform dist-info and the GLIBCXX relaxation (cpu_engine_support.py prepare-env), the CPU bridges of a verl run
+# (loaded for accelerator: cpu only) in site-packages.
 CPU_ADAPTATIONS = (
     "set -e; S=$(/opt/rollout8/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'); "
     "V=/opt/rollout8/venv/bin/python; "
@@ -121,7 +138,7 @@ CPU_ADAPTATIONS = (
     "$V $S/cpu_engine_support.py prepare-env")
 
 
-# Free space a new image needs in docker's storage, by repository (the stack image installs GBs of wheels).
+# Free space a new image needs in its engine's storage, by repository (the stack image installs GBs of wheels).
 IMAGE_DISK_GB = {"rollout8/sim-stack": 12, "rollout8/sim-node": 1, "rollout8/sim-standin": 1}
 
 
@@ -152,19 +169,33 @@ def _prune_superseded(image: str, engine: str = "docker") -> None:
             print(f">> removed superseded image {old}", file=sys.stderr)
 
 
+def _storage_root(engine: str) -> str:
+    query = ("info", "-f", "{{.Store.GraphRoot}}") if engine == "podman" else ("info", "-f", "{{.DockerRootDir}}")
+    root = sh(engine, *query, check=False, capture=True).stdout.strip()
+    return root or ("/var/lib/containers" if engine == "podman" else "/var/lib/docker")
+
+
 def _commit(image: str, base: str, script: str, volume: str, changes: tuple[str, ...] = (),
-            network: str = "none") -> None:
-    """Run script in a container of base, with no network by default (the air-gapped path, for real), commit it
-    as image."""
-    root = sh("docker", "info", "-f", "{{.DockerRootDir}}", check=False, capture=True).stdout.strip()
-    need_disk(root or "/var/lib/docker", IMAGE_DISK_GB.get(image.rsplit(":", 1)[0], 1), f"building {image}")
-    builder = "rollout8-sim-build-" + image.replace("/", "-").replace(":", "-")
-    sh("docker", "rm", "-f", builder, check=False, capture=True)
-    sh("docker", "run", "--name", builder, "--network", network, "-v", volume, base, "bash", "-c", script)
-    flags = [arg for change in ('CMD ["sleep", "infinity"]', *changes) for arg in ("-c", change)]
-    sh("docker", "commit", *flags, builder, image, capture=True)
-    sh("docker", "rm", builder, capture=True)
-    _prune_superseded(image)
+            network: str = "none", engine: str = "docker") -> None:
+    """Run script in a container of base (engine: docker or podman), with no network by default (the air-gapped
+    path, for real), and keep the result as image. Docker: run, then commit. Podman: a one-step build (its
+    `podman run` sets rlimits that a sandbox without CAP_SYS_RESOURCE refuses; its build does not)."""
+    need_disk(_storage_root(engine), IMAGE_DISK_GB.get(image.rsplit(":", 1)[0], 1), f"building {image}")
+    if engine == "podman":
+        with tempfile.TemporaryDirectory() as context:
+            lines = [f"FROM {base}", f"RUN {json.dumps(['bash', '-c', script])}", 'CMD ["sleep", "infinity"]',
+                     *changes]
+            (Path(context) / "Containerfile").write_text("\n".join(lines) + "\n")
+            sh(engine, "build", "--format", "docker", "--layers=false", "--network", network, "-v", volume,
+               "-t", image, context)
+    else:
+        builder = "rollout8-sim-build-" + image.replace("/", "-").replace(":", "-")
+        sh(engine, "rm", "-f", builder, check=False, capture=True)
+        sh(engine, "run", "--name", builder, "--network", network, "-v", volume, base, "bash", "-c", script)
+        flags = [arg for change in ('CMD ["sleep", "infinity"]', *changes) for arg in ("-c", change)]
+        sh(engine, "commit", *flags, builder, image, capture=True)
+        sh(engine, "rm", builder, capture=True)
+    _prune_superseded(image, engine=engine)
 
 
 # The stand-in for docker/Dockerfile's `stack` stage (the CANN, torch_npu and vLLM-Ascend build, impossible here):
@@ -192,19 +223,17 @@ def bundle_inputs() -> tuple[str, ...]:
     return tuple(sorted(found)) + BUILD_FILES
 
 
-BUILDER = os.environ.get("ROLLOUT8_SIM_BUILDER", "podman")
-
-
 def standin_stack_image(house: Path) -> str:
     """docker/Dockerfile's `stack` stage on CPU: the node stack, CPU adaptations, stand-in CANN (seconds)."""
     stack = stack_image(house)
     image = f"rollout8/sim-standin:{content_key(stack, STANDIN_LAYER)}"
-    if docker_ok("image", "inspect", image):
+    if _builder_has(image):
         return image
     print(f">> stand-in stack image {image}: CPU adaptations and a stand-in CANN on {stack}", file=sys.stderr)
     script = (f"{CPU_ADAPTATIONS}; install -D -m 0644 /repo/virtual/cann-standin/set_env.sh "
               "/usr/local/Ascend/ascend-toolkit/set_env.sh")
-    _commit(image, stack, script, f"{REPO}:/repo:ro", changes=(f"ENV PATH={STANDIN_PATH}",))
+    _commit(image, stack, script, f"{REPO}:/repo:ro", changes=(f"ENV PATH={STANDIN_PATH}",), engine=BUILDER)
+    _prune_elsewhere("rollout8/sim-standin")
     return image
 
 
@@ -213,21 +242,32 @@ def _builder_has(image: str) -> bool:
               capture=True).returncode == 0
 
 
+def _in_builder(image: str) -> str:
+    """image (one of this machine's Docker images: the base) in the builder's store too (seconds: 0.4 GB)."""
+    if BUILDER != "docker" and not _builder_has(image):
+        sh(BUILDER, "pull", "-q", f"docker-daemon:{image}", capture=True)
+    return image
+
+
+def _prune_elsewhere(repo: str) -> None:
+    """Every Docker image of repo, when the builder is another engine: this tier built its stack and stand-in in
+    Docker until the host runtime was removed, and those (8 GB each) would otherwise stay on the disk for good."""
+    if BUILDER == "docker":
+        return
+    listed = sh("docker", "images", "--format", "{{.Repository}}:{{.Tag}}", repo, check=False, capture=True)
+    for old in listed.stdout.split():
+        if sh("docker", "rmi", old, check=False, capture=True).returncode == 0:
+            print(f">> removed {old} from Docker (now built in {BUILDER}'s store)", file=sys.stderr)
+
+
 def train_image() -> str:
-    """The docker-runtime test's training image, built from docker/Dockerfile's `patched` and `bundle` stages
-    (`make image`, BuildKit-compatible builder: podman here, since Debian's docker 20.10 has no buildx) on the
-    stand-in stack. Returns its reference; it lives in the builder's store (`make image-save` writes the tarball
-    the image role loads, as for a real node)."""
+    """The training image, built from docker/Dockerfile's `patched` and `bundle` stages (`make image`) on the
+    stand-in stack, all in the builder's store. Returns its reference (`make image-save` writes the tarball the
+    image role loads into every node's daemon, as for a real cluster)."""
     standin = standin_stack_image(wheelhouse())
     image = f"rollout8/sim-train:{content_key(standin, bundle_inputs())}"
     if _builder_has(image):
         return image
-    if BUILDER == "podman" and not _builder_has(standin):
-        print(f">> copying {standin} from Docker to podman's store (once per stand-in stack; minutes)",
-              file=sys.stderr)
-        need_disk("/var/lib/containers", IMAGE_DISK_GB["rollout8/sim-stack"], f"copying {standin} to podman")
-        sh("podman", "pull", "-q", f"docker-daemon:{standin}", capture=True)
-        _prune_superseded(standin, engine="podman")
     print(f">> training image {image}: docker/Dockerfile's patched and bundle stages on {standin} ({BUILDER})",
           file=sys.stderr)
     ca = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim_images import NODE_COMMAND, NODE_USER, REPO, docker_ok, node_image, sh, wheelhouse
+from sim_images import NODE_COMMAND, NODE_USER, REPO, _prune_superseded, docker_ok, node_image, sh, wheelhouse
 
 NETWORK = "rollout8-sim"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
@@ -50,7 +50,7 @@ class Run:
                 for m in RECAP.findall(tail)}
 
 
-def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, wheel: Path, *args: str,
+def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, *args: str,
                  playbook: str = "train.yml", timeout: int = 900, stream: bool = False) -> Run:
     """ansible-playbook from .venv against the simulated cluster, as `make demo` runs it (bounded by timeout).
 
@@ -58,8 +58,7 @@ def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, wheel: Pa
     env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts), ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_NOCOLOR="1", PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
     cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), playbook,
-           "-e", f"rollout8_run_spec={spec}", "-e", f"rollout8_work_dir={work}",
-           "-e", f"rollout8_bundle_wheel={wheel}", *args]
+           "-e", f"rollout8_run_spec={spec}", "-e", f"rollout8_work_dir={work}", *args]
     work.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     if stream:
@@ -113,11 +112,11 @@ def up() -> str:
     # fresh machine each took 1-2.5 minutes, one after the other (a no-op when the image exists).
     base = subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO)
     try:
-        house = wheelhouse()
+        wheelhouse()  # for the training image, later
     finally:
         if base.wait(timeout=1800) != 0:
             raise SystemExit("the base image could not be built (scripts/make-base-image.sh, output above)")
-    image = node_image(house)
+    image = node_image()
     for shared in (SHARED_HOST, SHARED_MODELS):
         shared.mkdir(parents=True, exist_ok=True)
     if not docker_ok("network", "inspect", NETWORK):
@@ -137,6 +136,7 @@ def up() -> str:
         sh("docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
            "--init", "--shm-size", "512m", *NODE_PRIVILEGE, *(arg for m in mounts for arg in ("-v", m)),
            image, *NODE_COMMAND, capture=True)
+    _prune_superseded(image)  # an older node image, in use until its containers were replaced just now
     daemons_up()
     access()
     print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)}, ssh as "
@@ -234,11 +234,12 @@ def write_inventory(directory: Path, addresses: dict[str, str], key: Path) -> Pa
     return directory / "hosts.ini"
 
 
-def down() -> None:
-    """Remove the node containers, their volumes (each node's Docker data: the images it loaded) and the network
-    (images, wheelhouse and the shared directory stay)."""
+def down(keep_images: bool = False) -> None:
+    """Remove the node containers, their volumes (each node's Docker data: the images it loaded, unless
+    keep_images) and the network (images, wheelhouse and the shared directory stay)."""
     for name in NODES:
         sh("docker", "rm", "-f", name, check=False, capture=True)
-        sh("docker", "volume", "rm", node_volume(name), check=False, capture=True)
+        if not keep_images:
+            sh("docker", "volume", "rm", node_volume(name), check=False, capture=True)
     sh("docker", "network", "rm", NETWORK, check=False, capture=True)
     print(">> simulated cluster removed", file=sys.stderr)

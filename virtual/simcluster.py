@@ -25,6 +25,7 @@ from sim_images import (
     BUILD_FILES,
     BUILDER,
     CPU_ADAPTATIONS,
+    CPU_UNUSED_CUDA,
     IMAGE_DISK_GB,
     NODE_ACCESS,
     NODE_COMMAND,
@@ -76,8 +77,8 @@ from sim_runs import MODEL_PRESET, SHIPPED_SPEC, bf16_twin, demo_spec, prepare_r
 
 __all__ = [
     # sim_images
-    "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "IMAGE_DISK_GB", "NODE_ACCESS", "NODE_COMMAND",
-    "NODE_LAYER", "NODE_USER", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
+    "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "CPU_UNUSED_CUDA", "IMAGE_DISK_GB", "NODE_ACCESS",
+    "NODE_COMMAND", "NODE_LAYER", "NODE_USER", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
     "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
