@@ -103,19 +103,24 @@ def node_volume(name: str) -> str:
     return f"{name}-docker"
 
 
+def prerequisites() -> None:
+    """The base image (debootstrap: Debian's mirror, the disk), built while the wheelhouse downloads (PyPI): on a
+    fresh machine each took 1-2.5 minutes, one after the other (each a no-op when it exists). The node image needs
+    the base; the training image needs both."""
+    base = subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO)
+    try:
+        wheelhouse()
+    finally:
+        if base.wait(timeout=1800) != 0:
+            raise SystemExit("the base image could not be built (scripts/make-base-image.sh, output above)")
+
+
 def up() -> str:
     """The network and the node containers of the current node image, idempotently: a container of the same
     image and mount is started if stopped and otherwise left alone; any other is replaced. Then the access: the
     cluster's login key authorized for the login user on every node, their host keys known, the inventory
     written. Returns the image."""
-    # The base image (debootstrap: Debian's mirror, the disk) is built while the wheelhouse downloads (PyPI): on a
-    # fresh machine each took 1-2.5 minutes, one after the other (a no-op when the image exists).
-    base = subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO)
-    try:
-        wheelhouse()  # for the training image, later
-    finally:
-        if base.wait(timeout=1800) != 0:
-            raise SystemExit("the base image could not be built (scripts/make-base-image.sh, output above)")
+    prerequisites()
     image = node_image()
     for shared in (SHARED_HOST, SHARED_MODELS):
         shared.mkdir(parents=True, exist_ok=True)

@@ -69,6 +69,7 @@ from sim_nodes import (
     daemons_up,
     down,
     node_volume,
+    prerequisites,
     run_playbook,
     up,
     write_inventory,
@@ -84,7 +85,7 @@ __all__ = [
     # sim_nodes
     "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODE_PRIVILEGE", "NODES",
     "RECAP", "SHARED_DIR", "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "Run", "access", "address", "daemons_up", "down",
-    "node_volume", "run_playbook", "up", "write_inventory",
+    "node_volume", "prerequisites", "run_playbook", "up", "write_inventory",
     # sim_runs
     "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "prepare_run",
     # sim_demo
