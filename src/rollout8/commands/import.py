@@ -56,11 +56,16 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(out, text)
         print(f"wrote {out}")
     failures = report_dropped(reading, imported.not_carried)
-    for line in imported.placeholders:
-        print(f"placeholder: {line}", file=sys.stderr)
     diffs = differences(spec, reading)
     for diff in diffs:
-        print(f"{'set by rollout8' if diff.ours else 'differs'}: {diff.line()}", file=sys.stderr)
+        if not diff.ours:
+            print(f"differs: {diff.line()}", file=sys.stderr)
+    ours = sum(d.ours for d in diffs)
+    if ours:
+        print(f"{ours} setting(s) rollout8 makes itself: `rollout8 render SPEC --against {args.script} --verbose` "
+              "lists them", file=sys.stderr)
+    for line in imported.placeholders:
+        print(f"placeholder: {line}", file=sys.stderr)
     if failures and not args.accept_dropped:
         raise CheckFailed(f"{args.script}: {failures} line(s) or setting(s) not carried (listed above); carry them "
                           "into the spec by hand, or pass --accept-dropped")

@@ -197,11 +197,13 @@ def build_spec(reading: Reading, name: str) -> Imported:
     overrides = script_overrides(reading)
     imp = Imported({}, {})
 
-    def not_carried(what: str, reason: str) -> None:
-        imp.not_carried.append(Dropped(command.file, command.line, what, reason))
+    def not_carried(what: str, reason: str, harmless: bool = False) -> None:
+        var = what.partition("=")[0]
+        file, _, line = command.where.get(var, f"{command.file}:{command.line}").rpartition(":")
+        imp.not_carried.append(Dropped(Path(file), int(line), what, reason, harmless))
 
     def carried(what: str, reason: str) -> None:
-        imp.not_carried.append(Dropped(command.file, command.line, what, reason, harmless=True))
+        not_carried(what, reason, harmless=True)
 
     for arg in command.args:
         if parse_override(arg) is None:
@@ -224,6 +226,8 @@ def build_spec(reading: Reading, name: str) -> Imported:
                 not_carried(f"{key}={hydra_value(value)}", f"not a value {section}.{name_} takes; set it by hand")
                 imp.placeholders.append(f"{section}.{name_}: {key} was {hydra_value(value)} in {where}")
                 continue
+            target[name_] = value
+            continue
         elif not isinstance(value, str) or not value:
             not_carried(f"{key}={hydra_value(value)}", f"{section}.{name_} is one path; set it by hand")
             continue
@@ -250,6 +254,7 @@ def build_spec(reading: Reading, name: str) -> Imported:
                              "ascend)", "model.profile: the FlashRL profile (`rollout8 profile`)"]
     # the environment: fields, render's own, or env:
     spec_env: dict[str, str] = {}
+    owned: list[str] = []
     for var, value in env.items():
         if var in FIELD_ENV:
             key = FIELD_ENV[var]
@@ -271,7 +276,7 @@ def build_spec(reading: Reading, name: str) -> Imported:
             rollout["lmhead_fp32"] = value == "1"
             carried(f"{var}={value}", f"set by {OWNED_ENV[var]}: carried there")
         elif var in OWNED_ENV or var in RENDER_ENV:
-            not_carried(f"{var}={value}", f"set by {OWNED_ENV.get(var) or RENDER_ENV[var]}; not carried")
+            owned.append(var)
         elif any(c.isspace() for c in value):
             not_carried(f"{var}={value}", "holds whitespace, which rollout8.env cannot carry; set it by hand")
         else:
@@ -284,6 +289,10 @@ def build_spec(reading: Reading, name: str) -> Imported:
     # render's own values: what the spec renders with no verl block, for the keys and variables it sets itself
     derived = rendered_overrides(render(parse_spec(dict(base, env=spec_env), Path.cwd(), "<import>")))
     derived_env = render(parse_spec(dict(base), Path.cwd(), "<import>")).env
+    for var in owned:  # render's own: noted where it renders the same (or the placeholders stand for it)
+        same = derived_env.get(var) == env[var] or var in RENDER_ENV or var == "HCCL_IF_IP"
+        not_carried(f"{var}={env[var]}", f"set by {OWNED_ENV.get(var) or RENDER_ENV[var]}; not carried"
+                    + (f" (rollout8 sets {derived_env[var]})" if var in derived_env and not same else ""), same)
     for var in list(spec_env):
         if derived_env.get(var) == spec_env[var]:
             spec_env.pop(var)  # render sets the same value itself

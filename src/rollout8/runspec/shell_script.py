@@ -60,6 +60,7 @@ class Command:
     line: int
     args: list[str]  # the hydra overrides, as verl receives them (shell quoting removed)
     env: dict[str, str]  # the environment exported to it, in the order first exported
+    where: dict[str, str] = field(default_factory=dict)  # variable -> "file:line" that set it
 
 
 @dataclass
@@ -180,6 +181,7 @@ class ScriptReader:
             words = words[1:]
         if not words:  # VAR=value: a shell variable (exported if it was before)
             shell.variables.update(prefix)
+            shell.where.update(dict.fromkeys(prefix, f"{path}:{number}"))
             return
         command = words[0]
         if command == "export":
@@ -192,6 +194,7 @@ class ScriptReader:
                     continue
                 if has_value:
                     shell.variables[name] = value
+                    shell.where[name] = f"{path}:{number}"
                 shell.export(name)
             return
         if command == "unset":
@@ -259,7 +262,9 @@ class ScriptReader:
             self._drop(path, number, line, f"hydra options {' '.join(flags)} (rollout8 composes verl's "
                        "ppo_trainer config; carry the settings as overrides)")
             args = [a for a in args if not a.startswith("-")]
-        self.reading.command = Command(path, number, args, env)
+        where = {name: shell.where.get(name, f"{path}:{number}") for name in env}
+        where.update(dict.fromkeys(prefix, f"{path}:{number}"))
+        self.reading.command = Command(path, number, args, env, where)
 
     def _job_options(self, path: Path, number: int, line: str, options: list[str], env: dict[str, str]) -> bool:
         """ray job submit's options: --address and --no-wait are rollout8's (train.yml submits); a runtime env

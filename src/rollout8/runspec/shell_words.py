@@ -8,7 +8,7 @@ raises Dynamic with its reason; shell_script then lists the line as not carried.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
@@ -24,7 +24,7 @@ class Shell:
 
     variables: dict[str, str]
     exported: list[str]
-    positional_unknown: bool = False
+    where: dict[str, str] = field(default_factory=dict)  # variable -> "file:line" of its last assignment
 
     def export(self, name: str) -> None:
         if name not in self.exported:
@@ -35,7 +35,7 @@ class Shell:
 
     def child(self) -> Shell:
         env = self.environment()
-        return Shell(dict(env), list(env))
+        return Shell(dict(env), list(env), {k: v for k, v in self.where.items() if k in env})
 
 
 # ---------------------------------------------------------------------------------------------- lines
