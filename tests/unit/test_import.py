@@ -250,3 +250,33 @@ def test_hydra_values_read_as_hydra_reads_them():
     assert hydra_reads("[console]") == ["console"]
     assert hydra_reads("True") is True and hydra_reads("5e-8") == 5e-8 and hydra_reads("null") is None
     assert canonical(hydra_reads("'8'")) != canonical(hydra_reads("8"))
+
+
+def test_sourced_scripts_share_variables_and_a_bash_child_keeps_its_own(tmp_path):
+    script = write(tmp_path, {
+        "run.sh": "source ./env.sh\n. common.sh\nbash child.sh\nexport AFTER=1\n",
+        "env.sh": "export A=from-env\nTP=${1:-2}\n",
+        "common.sh": "SHELL_ONLY=x\n",
+        "child.sh": "export B=$A\nVAL=${SHELL_ONLY:-unset}\n"
+                    "python -m verl.trainer.main_ppo a.tp=$TP a.val=$VAL ~a.gone +a.new='x y' \"$@\"\n",
+    })
+    reading = read_script(script)
+    assert reading.failures == []
+    assert reading.command.env == {"A": "from-env", "B": "from-env"}  # AFTER comes after the command
+    assert reading.command.args == ["a.tp=$TP", "a.val=unset", "~a.gone", "+a.new=x y"]  # TP is not exported
+    assert [d.reason.split(";")[0] for d in reading.unresolved] == ["$TP is not set in the script"]
+
+
+def test_a_value_no_field_takes_is_reported_and_shows_in_render_against(tmp_path, capsys):
+    text = VERL_EXAMPLE.replace("trainer.nnodes=1", "trainer.nnodes=$NNODES").replace(
+        "data.train_files=/data/gsm8k/train.parquet", "data.train_files=\"['/data/a.parquet','/data/b.parquet']\"")
+    script = write(tmp_path, {"run.sh": text})
+    out = tmp_path / "spec.yaml"
+    assert main(["import", str(script), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "data.train is one path; set it by hand" in err and "placeholder: cluster.nnodes" in err
+    assert main(["render", str(out), "--against", str(script)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "different value: override data.train_files: script ['/data/a.parquet','/data/b.parquet'], spec " \
+           "/TODO-rollout8-import/train" in lines
+    assert "different value: override trainer.nnodes: script '$NNODES', spec 1" in lines

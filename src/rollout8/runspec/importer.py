@@ -297,11 +297,8 @@ def build_spec(reading: Reading, name: str) -> Imported:
         if derived_env.get(var) == spec_env[var]:
             spec_env.pop(var)  # render sets the same value itself
     for key, (op, value) in overrides.items():
-        if key in FIELD_KEYS and op != "~" and key != "custom_reward_function.path":
-            if canonical(derived[key][1]) == canonical(value):
-                continue
-        if key == "custom_reward_function.path" and op != "~" and "reward" in data:
-            continue
+        if key in FIELD_KEYS and op != "~":
+            continue  # in its field, or reported as not carried: never a verl override check would refuse
         if key in derived and derived[key][0] == op and canonical(derived[key][1]) == canonical(value):
             continue  # render sets the same value itself
         if key == "actor_rollout_ref.rollout.name":
