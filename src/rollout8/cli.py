@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "setup": "write the FlashRL config YAML (int8, bf16 or hybrid) with absolute paths",
     "check": "refuse a run spec that would fail or silently not run int8, before launch",
     "render": "render a run spec into the FlashRL YAML, env file and verl command line",
+    "import": "write a run spec from a verl launch script (bash, read and never run)",
     "verify-quant": "apply a profile to bf16 weights and compare with the int8 checkpoint",
     "logs": "verdict per rollout rank from Ray/verl/FlashRL logs: did int8 really run?",
     "convert": "convert a compressed-tensors W8A8 model to the vllm-ascend W8A8_DYNAMIC layout",

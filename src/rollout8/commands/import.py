@@ -1,0 +1,72 @@
+"""`rollout8 import SCRIPT.sh [-o SPEC.yaml] [--accept-dropped]`: a run spec from a verl launch script, read and
+never run; the work is rollout8.runspec.importer (the mapping) and rollout8.runspec.shell_script (the reader).
+
+Prints every line not carried (file:line: why), the placeholders to fill, and what the spec still renders
+differently (rollout8's own additions apart). Exit 1 if any line was not carried, unless --accept-dropped; the spec
+is written either way, so the user can see it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import CheckFailed, SpecError
+from ..fileutil import atomic_write, check_output, writing
+from ..runspec.importer import build_spec, differences, spec_name, spec_text
+from ..runspec.runspec import parse_spec
+from ..runspec.shell_script import read_script
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("script", help="the verl launch script (bash; read, never run)")
+    parser.add_argument("-o", "--output", help="the run spec to write (default: print it)")
+    parser.add_argument("--name", help="the run's name (default: from the output's or the script's file name)")
+    parser.add_argument("--accept-dropped", action="store_true",
+                        help="exit 0 even if lines of the script were not carried (they are still listed)")
+
+
+def report_dropped(reading, not_carried) -> int:
+    failures = 0
+    for item in reading.dropped + not_carried:
+        print(f"{'noted' if item.harmless else 'not carried'}: {item.describe()}", file=sys.stderr)
+        failures += not item.harmless
+    for item in reading.unresolved:
+        print(f"unresolved: {item.describe()}", file=sys.stderr)
+    return failures
+
+
+def run(args: argparse.Namespace) -> int:
+    reading = read_script(args.script)
+    if reading.command is None:
+        report_dropped(reading, [])
+        raise SpecError(f"{args.script}: no `python3 -m verl.trainer.main_ppo` command found (read: "
+                        f"{', '.join(str(f) for f in reading.files)}); import the script that runs it")
+    name = spec_name(args.name or Path(args.output or args.script).stem)
+    imported = build_spec(reading, name)
+    out = Path(args.output) if args.output else None
+    base = out.absolute().parent if out else Path.cwd()
+    spec = parse_spec(imported.raw, base, str(out or "<imported spec>"))
+    text = spec_text(imported, Path(args.script))
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        with writing(out):
+            check_output(out, inputs={"SCRIPT": Path(args.script)}, what="the run spec")
+            atomic_write(out, text)
+        print(f"wrote {out}")
+    failures = report_dropped(reading, imported.not_carried)
+    diffs = differences(spec, reading)
+    for diff in diffs:
+        if not diff.ours:
+            print(f"differs: {diff.line()}", file=sys.stderr)
+    ours = sum(d.ours for d in diffs)
+    if ours:
+        print(f"{ours} setting(s) rollout8 makes itself: `rollout8 render SPEC --against {args.script} --verbose` "
+              "lists them", file=sys.stderr)
+    for line in imported.placeholders:
+        print(f"placeholder: {line}", file=sys.stderr)
+    if failures and not args.accept_dropped:
+        raise CheckFailed(f"{args.script}: {failures} line(s) or setting(s) not carried (listed above); carry them "
+                          "into the spec by hand, or pass --accept-dropped")
+    return 0
