@@ -194,3 +194,52 @@ def test_shared_storage_paths_are_what_the_training_container_mounts_and_one_it_
         err = capsys.readouterr().err
         assert f"model.int8: {bad} {problem}" in err and "the training container could not see it" in err, err
         assert not (tmp_path / "bad" / PLAN_FILE).exists()
+
+
+def test_plan_no_artifacts_previews_a_spec_whose_files_do_not_exist(tmp_path, monkeypatch, capsys):
+    """`plan --no-artifacts` on the shipped 7B spec (its model, profile and data are not on this machine): the node
+    paths, copies and mounts on stdout, one line naming what it skipped, nothing written anywhere, no job id (the
+    artifacts' checksums are the job's identity); every error that needs no file is still refused, and without the
+    flag the same spec is refused for its files."""
+    monkeypatch.chdir(tmp_path)
+    raw = yaml.safe_load((REPO / "configs" / "runs" / "qwen2.5-7b-int8-gsm8k.yaml").read_text())
+    assert not Path(raw["model"]["bf16"]).exists()
+    spec = tmp_path / "early.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["plan", "--no-artifacts", str(spec)]) == 0
+    out, err = capsys.readouterr()
+    preview = json.loads(out)
+    assert preview["preview"] is True and preview["job_id"] is None
+    assert "preview, nothing written" in err and "profile" in err and "checksums" in err, err
+    root = load_spec(spec).deploy_root
+    copied = {c["what"]: c for c in preview["copies"]}
+    assert set(copied) == {"bf16", "int8", "profile", "train", "val", "flashrl", "launch"}
+    assert copied["bf16"]["src"] == raw["model"]["bf16"] and copied["bf16"]["kind"] == "dir"
+    assert all(c["dest"].startswith(root + "/") for c in preview["copies"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["early.yaml"], "a preview writes nothing"
+
+    assert main(["plan", str(spec), "-o", str(tmp_path / "plan")]) != 0  # the plan the nodes take needs the files
+    assert "[flashrl-paths]" in capsys.readouterr().err
+    assert not (tmp_path / "plan" / PLAN_FILE).exists()
+
+    raw["verl"]["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = 1000  # above the mini-batch per rank
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["plan", "--no-artifacts", str(spec)]) != 0
+    err = capsys.readouterr().err
+    assert "ppo_micro_batch_size_per_gpu" in err and "does not exist" not in err, err
+
+    assert main(["plan", "--no-artifacts", "--verify-quant", str(spec)]) != 0
+    assert "--verify-quant reads the artifacts" in capsys.readouterr().err
+
+
+def test_plan_no_artifacts_takes_shared_storage_paths_only_the_nodes_have(tmp_path, capsys):
+    """deploy.shared_storage: the model and data live on the nodes' shared storage, not on the controller. The
+    preview lists them as the training container's mounts (nothing copied) instead of refusing them."""
+    raw = yaml.safe_load((REPO / "configs" / "runs" / "qwen2.5-7b-int8-gsm8k.yaml").read_text())
+    raw["deploy"] = {**raw.get("deploy", {}), "shared_storage": True}
+    spec = tmp_path / "shared.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["plan", "--no-artifacts", str(spec)]) == 0
+    preview = json.loads(capsys.readouterr().out)
+    assert {c["what"] for c in preview["copies"]} == {"flashrl", "launch"}
+    assert raw["model"]["bf16"] in preview["mounts"] and raw["data"]["train"] in preview["mounts"]

@@ -3,7 +3,8 @@
 The Ansible plan role's one command on the controller: the FlashRL profile if it is missing (--profile missing),
 `check`'s rules, the plan, then the full verify-quant of the artifacts (--verify-quant, kept per set of artifacts).
 stdout is one JSON object (plan, job_id, copies, files, profile_written, verify_quant); a refusal is one line on
-stderr and a non-zero exit, with nothing copied anywhere.
+stderr and a non-zero exit, with nothing copied anywhere. `--no-artifacts` is a preview before the model, profile
+and data exist: check's rules that read no file, then the node paths, copies and mounts as JSON, nothing written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import os
 import sys
 from pathlib import Path
 
+from ..errors import Rollout8Error
 from ..fileutil import check_output, writing
+from ..runspec.check import ARTIFACT_RULES
 from ..runspec.plan import (
     ARRIVAL_FILE,
     CACHE_FILE,
@@ -34,12 +37,17 @@ PLAN_OUTPUTS = (PLAN_FILE, FLASHRL_FILE, LAUNCH_FILE, ARRIVAL_FILE, SEND_TREE, C
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", type=Path, help="the run spec (configs/runs/*.yaml)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="directory for the plan and FlashRL YAML")
+    parser.add_argument("-o", "--output", type=Path, help="directory for the plan and FlashRL YAML (required but "
+                        "with --no-artifacts)")
     parser.add_argument("--node-cli", default=os.environ.get("ROLLOUT8_NODE_CLI", "rollout8"),
                         help="the rollout8 command on the nodes (used in the probe job's entrypoint)")
     parser.add_argument("--no-check", action="store_true",
                         help="plan even if `rollout8 check` finds errors (to reproduce a trap on purpose); "
                              "also skips --verify-quant")
+    parser.add_argument("--no-artifacts", action="store_true",
+                        help="plan before the model, profile and data exist: check's rules that read no file, then "
+                             "the node paths, copies and mounts on stdout; nothing is written (a plan the nodes "
+                             "take needs the files: their checksums are the job's identity)")
     parser.add_argument("--profile", choices=("missing", "never"), default="never",
                         help="missing: compute the FlashRL profile first when the spec's profile file does not exist "
                              "(default never: a missing profile is refused)")
@@ -59,7 +67,26 @@ def _progress(what: str):
     return report
 
 
+def preview(args: argparse.Namespace) -> int:
+    """plan --no-artifacts: what the plan would be, on stdout, with nothing written."""
+    for flag, given in (("--verify-quant", args.verify_quant), ("--profile missing", args.profile == "missing")):
+        if given:
+            raise Rollout8Error(f"plan --no-artifacts: {flag} reads the artifacts; drop one of the two")
+    plan = build_plan(args.spec, None, args.node_cli, check=not args.no_check, artifacts=False)
+    skipped = list(ARTIFACT_RULES) + ["the artifacts' checksums (the job id)"]
+    print(f"plan {args.spec}: preview, nothing written; skipped (they read the artifacts): {', '.join(skipped)}",
+          file=sys.stderr)
+    print(json.dumps({"preview": True, "skipped": skipped, "job_id": None, "node_paths": plan.node_paths,
+                      "copies": [c.model_dump() for c in plan.copies], "mounts": plan.mounts,
+                      "checkpoint_dir": plan.checkpoint_dir, "image": plan.image}, indent=2))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.no_artifacts:
+        return preview(args)
+    if args.output is None:
+        raise Rollout8Error("plan: give the plan's directory (-o DIR), or --no-artifacts for a preview")
     spec = load_spec(args.spec)
     with writing(args.output):
         check_output(args.output, directory=True, inputs=spec_inputs(spec, args.spec), what="the plan",

@@ -50,6 +50,7 @@ ARRIVAL_FILE = "arrival.json"
 SEND_TREE = "send"
 LEDGER_FILE = ".rollout8-arrival.json"
 CACHE_FILE = ".sha256-cache.json"
+PREVIEW_DIR = Path("<plan dir>")  # where a preview (plan --no-artifacts) says the generated files would be
 PROFILE_CHECK_CACHE = ".profile-checks"  # check_profile's passes, by the key of their inputs
 SCHEMA = 1
 
@@ -172,24 +173,30 @@ def _refresh(path: Path, text: str, mode: int = 0o644) -> None:
         atomic_write(path, text, mode=mode)
 
 
-def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path | None = None) -> None:
+def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path | None = None,
+                        artifacts: bool = True) -> None:
     """`rollout8 check`'s rules, once: any error stops the plan, each finding on its own line."""
-    errors = [f for f in check_rules.run_checks(spec, profile_cache) if f.level == "error"]
+    errors = [f for f in check_rules.run_checks(spec, profile_cache, artifacts) if f.level == "error"]
     if errors:
         lines = "\n".join(f.line() for f in errors)
         raise CheckFailed(f"rollout8 check {source} failed: {len(errors)} error(s)\n{lines}")
 
 
-def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> Plan:
+def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = True, artifacts: bool = True) -> Plan:
     """Check, render and plan in memory, then write DIR's files, the plan last. A spec the plan cannot be made of
     (a failed check, a missing artifact, a node path outside the deploy root) writes none of them (only check's
-    cache of a profile that passed): no plan is left behind, and an earlier one in DIR stays as it was."""
+    cache of a profile that passed): no plan is left behind, and an earlier one in DIR stays as it was.
+
+    Without artifacts (`plan --no-artifacts`, a spec planned before its files exist) it is a preview: check's rules
+    that need no file, the node paths, copies and mounts, and nothing written (out is not used): the artifacts'
+    checksums are part of the job's identity, so a plan the nodes take needs the files (its job_id stays empty)."""
     spec = load_spec(spec_path)
     if check:
-        refuse_check_errors(spec, spec_path, out / PROFILE_CHECK_CACHE)
+        refuse_check_errors(spec, spec_path, out / PROFILE_CHECK_CACHE if artifacts and out else None, artifacts)
     rendered = render(spec)
+    out = out if artifacts and out is not None else PREVIEW_DIR  # a preview names it, never writes it
     cache_file = out / CACHE_FILE
-    cache = json.loads(cache_file.read_text()) if cache_file.is_file() else {}
+    cache = json.loads(cache_file.read_text()) if artifacts and cache_file.is_file() else {}
 
     root = spec.deploy_root
     node_paths = {what: spec.node_path(what) for what in spec.artifacts()}
@@ -197,6 +204,13 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     copies, sums = [], {}
     for what in spec.artifacts():
         local = spec.local_path(what)
+        if not artifacts:
+            if not spec.deploy.shared_storage:
+                there = local is not None and local.exists()  # else the kind its field names
+                kind = ("dir" if local.is_dir() else "file") if there else ("dir" if what in ("bf16", "int8")
+                                                                            else "file")
+                copies.append(Copy(what=what, src=str(local), dest=node_paths[what], kind=kind))
+            continue
         if local is None or not local.exists():
             raise SpecError(f"{what}: {local} does not exist on the controller (field "
                             f"{'model.' + what if what in ('bf16', 'int8', 'profile') else 'data.' + what})")
@@ -211,7 +225,8 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
         flashrl_text = dump_config(rendered.flashrl)
         flashrl_file = out / FLASHRL_FILE
         written[flashrl_file] = (flashrl_text, 0o644)
-        copies.append(Copy(what="flashrl", src=str(flashrl_file.resolve()), dest=node_paths["flashrl"], kind="file"))
+        copies.append(Copy(what="flashrl", src=str(flashrl_file.resolve() if artifacts else flashrl_file),
+                           dest=node_paths["flashrl"], kind="file"))
         sums["flashrl"] = sha256_bytes(flashrl_text)
 
     # The verl job is the rendered launch.sh (env exports + the verl command), copied to every node.
@@ -219,7 +234,8 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
     launch_file = out / LAUNCH_FILE
     launch = launch_text(rendered)
     written[launch_file] = (launch, 0o755)
-    copies.append(Copy(what="launch", src=str(launch_file.resolve()), dest=node_paths["launch"], kind="file"))
+    copies.append(Copy(what="launch", src=str(launch_file.resolve() if artifacts else launch_file),
+                       dest=node_paths["launch"], kind="file"))
     sums["launch"] = sha256_bytes(launch)
     steps = rendered.value("trainer.total_training_steps")
     for copy in copies:  # the send tree mirrors the deploy root: every copy lands in it
@@ -242,6 +258,8 @@ def build_plan(spec_path: Path, out: Path, cli: str, *, check: bool = True) -> P
                                 [root] + ([spec.cluster.shared_dir] if spec.cluster.shared_dir else []))
         if spec.deploy.shared_storage else [],
     )
+    if not artifacts:
+        return plan
     plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
     text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"
 
