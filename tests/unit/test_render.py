@@ -132,6 +132,18 @@ def test_network_settings_reach_the_env():
     assert "trainer.nnodes=2" in rendered.argv
 
 
+def test_hccl_connect_timeout_is_bounded_unless_the_spec_sets_it(tmp_path):
+    """The shipped specs keep the upstream recipe's 3000 s, set explicitly; a spec that says nothing waits 600 s for
+    its peers (a rank that cannot connect fails in 10 minutes, not 50)."""
+    path = REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml"
+    assert render(load_spec(path)).env["HCCL_CONNECT_TIMEOUT"] == "3000"
+    spec = yaml.safe_load(path.read_text())
+    del spec["cluster"]["network"]["hccl_connect_timeout"]
+    unset = tmp_path / "no-timeout.yaml"
+    unset.write_text(yaml.safe_dump(spec))
+    assert render(load_spec(unset)).env["HCCL_CONNECT_TIMEOUT"] == "600"
+
+
 def test_launch_script_runs_the_manifest_command(tmp_path):
     """launch.sh exports the env and execs exactly the manifest's argv (a python3 stand-in records both)."""
     write_outputs(render(load_spec(REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml")), tmp_path / "r")

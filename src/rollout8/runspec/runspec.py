@@ -104,7 +104,10 @@ class NetworkSpec(_Strict):
     nic: str | None = Field(
         None, description="cluster NIC name (HCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME); "
                           "HCCL_IF_IP is each node's address on it, set per node by Ansible.")
-    hccl_connect_timeout: int = Field(3000, ge=1, description="HCCL_CONNECT_TIMEOUT in seconds.")
+    hccl_connect_timeout: int = Field(
+        600, ge=1, description="HCCL_CONNECT_TIMEOUT in seconds: how long a rank waits for its peers before it fails. "
+                               "600 gives a slow multi-node start 10 minutes and bounds the hang of a rank that cannot "
+                               "connect (the upstream recipe's 3000 lets it hang 50 minutes).")
     hccl_exec_timeout: int | None = Field(None, ge=1, description="HCCL_EXEC_TIMEOUT in seconds (unset: CANN default).")
     hccl_buffsize: int | None = Field(None, ge=1, description="HCCL_BUFFSIZE in MB (unset: CANN default).")
     hccl_host_socket_port_range: str | None = Field(
