@@ -190,7 +190,7 @@ def ping_rail(tool, device, peers, timeout):
             result.update(summary)
         pings.append(result)
         if found:
-            problems.append("ping of {} ({}'s device {}): {}".format(address, peer, device, found))
+            problems.append("ping of {} (device {} of {}): {}".format(address, device, peer, found))
     return pings, problems
 
 

@@ -214,7 +214,7 @@ def test_a_partial_loss_on_one_rail_fails_naming_the_rail_the_peer_and_the_loss_
                   peers={"node-b": ["192.168.100.201", "192.168.100.202"]})
     assert rc != 0
     assert out["msg"] == ("node-a: NPU cross-node ping (hccn_tool): device 1 (rail 1): ping of 192.168.100.202 "
-                          "(node-b's device 1): 1 of 3 packets received, 66.67% packet loss")
+                          "(device 1 of node-b): 1 of 3 packets received, 66.67% packet loss")
     assert "\n" not in out["msg"]
     assert out["pings"][0]["pings"][0]["received"] == 3 and out["pings"][1]["pings"][0]["loss_percent"] == 66.67
 
@@ -225,7 +225,7 @@ def test_a_ping_without_summary_or_a_peer_without_an_address_fails(tmp_path):
     rc, out = run(tmp_path, devices=2, checks=["ping"], node="node-a", peers={"node-b": ["192.168.100.201"]})
     assert rc != 0
     assert out["msg"] == ("node-a: NPU cross-node ping (hccn_tool): device 0 (rail 0): ping of 192.168.100.201 "
-                          "(node-b's device 0): no ping summary (packets transmitted/received) (exit 0: device 0 PING "
+                          "(device 0 of node-b): no ping summary (packets transmitted/received) (exit 0: device 0 PING "
                           "192.168.100.201); device 1 (rail 1): peer node-b reported no address for device 1")
 
 
@@ -239,3 +239,54 @@ def test_npu_smi_nowhere_fails_naming_the_node_the_directories_and_the_knob(tmp_
     assert out["msg"] == (f"node-a: npu-smi not found on PATH ({tmp_path / 'bin'}:/usr/bin:/bin) nor in "
                           "/usr/local/bin, /usr/local/sbin, /usr/local/Ascend/driver/tools, /usr/bin, /usr/sbin; "
                           "install the Ascend NPU driver, or set rollout8_npu_smi to its path")
+
+
+# The preflight role's npu.yml as ansible-playbook runs it: two nodes on this machine (connection local), each with
+# its own fake hccn_tool; node-a names its tools, node-b has them found on PATH.
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+ANSIBLE = MODULE_PATH.parents[1]
+
+
+def two_nodes(tmp_path: Path) -> dict[str, Path]:
+    answers = {}
+    for name, mine, theirs in (("node-a", 101, 201), ("node-b", 201, 101)):
+        root = tmp_path / name
+        answers[name] = node(root, last=mine)
+        for device in range(2):  # node() answers pings of .201+i: this node pings the other one's addresses
+            for ping in (answers[name] / str(device)).glob("ping-*"):
+                ping.unlink()
+            address = f"192.168.100.{theirs + device}"
+            (answers[name] / str(device) / f"ping-{address}").write_text(PING_OK.format(d=device, a=address))
+    (tmp_path / "version.info").write_text("Version=24.1.rc3\n")
+    a = tmp_path / "node-a" / "bin"
+    (tmp_path / "hosts.ini").write_text(
+        f"[head]\nnode-a rollout8_hccn_tool={a}/hccn_tool rollout8_npu_smi={a}/npu-smi\n[workers]\nnode-b\n"
+        f"[cluster:children]\nhead\nworkers\n[cluster:vars]\nansible_connection=local\n"
+        f"ansible_python_interpreter={sys.executable}\n")
+    (tmp_path / "play.yml").write_text(
+        "- hosts: cluster\n  gather_facts: false\n  vars:\n    rollout8_plan: {npus_per_node: 2}\n"
+        f"    rollout8_npu_driver_version_file: {tmp_path}/version.info\n  tasks:\n"
+        "    - ansible.builtin.include_role: {name: preflight, tasks_from: npu}\n"
+        "    - ansible.builtin.debug: {msg: \"ips {{ rollout8_npu_ips | join(',') }}\"}\n")
+    return answers
+
+
+def play(tmp_path: Path) -> tuple[int, str]:
+    env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"), ANSIBLE_NOCOLOR="1",
+               PATH=f"{tmp_path / 'node-b' / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    proc = subprocess.run([str(PLAYBOOK), "-i", str(tmp_path / "hosts.ini"), str(tmp_path / "play.yml")], cwd=ANSIBLE,
+                          env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+
+
+@pytest.mark.skipif(not PLAYBOOK.exists(), reason="ansible-playbook is not in this venv (make venv)")
+def test_npu_yml_checks_every_device_and_pings_every_rail_of_the_other_node(tmp_path):
+    answers = two_nodes(tmp_path)
+    rc, out = play(tmp_path)
+    assert rc == 0, out[-3000:]
+    assert "ips 192.168.100.101,192.168.100.102" in out and "ips 192.168.100.201,192.168.100.202" in out
+    (answers["node-b"] / "1" / "ping-192.168.100.102").write_text(PING_NONE.format(d=1, a="192.168.100.102"))
+    rc, out = play(tmp_path)
+    assert rc != 0
+    assert ("node-b: NPU cross-node ping (hccn_tool): device 1 (rail 1): ping of 192.168.100.102 (device 1 of node-a): "
+            "0 of 3 packets received, 100.00% packet loss") in out, out[-3000:]
