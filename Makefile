@@ -27,7 +27,7 @@ sysdeps: ## install the system packages the demo and tests need (Debian/Ubuntu, 
 
 # ---------------------------------------------------------------- quality
 .PHONY: lint
-lint: venv ci-examples-check ## ruff, yamllint, hadolint, the sample CI pipelines, ansible-lint, ansible-playbook --syntax-check
+lint: venv ci-examples-check lint-node ## ruff, yamllint, hadolint, the sample CI pipelines, ansible-lint, ansible-playbook --syntax-check
 	$(VENV)/bin/ruff check src tests scripts bench virtual ansible/library
 	$(VENV)/bin/yamllint -s .
 	$(VENV)/bin/hadolint --config docker/.hadolint.yaml docker/Dockerfile*
@@ -35,6 +35,14 @@ lint: venv ci-examples-check ## ruff, yamllint, hadolint, the sample CI pipeline
 	cd ansible && for p in train.yml reset.yml; do $(CURDIR)/$(VENV)/bin/ansible-playbook --syntax-check -i inventory/sample/hosts.ini $$p || exit 1; done
 
 .PHONY: ci-examples-check
+# The node modules run with the node's own Python (openEuler 22.03: 3.9, Kylin V10: 3.7): ruff for Python 3.7, and
+# vermin for what ruff does not see (a standard-library function or argument newer than 3.7). They also run on a
+# bullseye node (Python 3.9) in tests/nodes.
+.PHONY: lint-node
+lint-node: venv ## the node-side modules (ansible/library) against Python 3.7: ruff --target-version py37, vermin
+	$(VENV)/bin/ruff check --target-version py37 ansible/library
+	$(VENV)/bin/vermin --no-tips --violations -t=3.7- ansible/library
+
 ci-examples-check: venv ## the users' sample pipelines (ci-examples/) against the published schemas, and actionlint
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.gitlab-ci ci-examples/gitlab/.gitlab-ci.yml
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows ci-examples/github/.github/workflows/*.yml

@@ -1,15 +1,29 @@
 #!/usr/bin/python
 """What preflight needs to know of a node in one round trip, on the node's own Python (Python 3.7 compatible):
-the free space of the filesystem that will hold `path` (its nearest existing ancestor), the size of /dev/shm, the
-node's clock and whether rsync is on PATH. Reads only; `changed` is always false.
+the free space of the filesystem that will hold `path` (its nearest existing ancestor) and its device number (two
+paths on one filesystem share it), the size of /dev/shm, the
+node's clock, whether rsync is on PATH, and the Python running this module (`python`, `python_version`) with the
+version of its `requests` library (`requests`, empty when it cannot be imported: the community.docker modules that
+load the image and start the training container need it in this same Python). Reads only; `changed` is always
+false.
 """
 
 
 import os
+import sys
 import time
 from shutil import disk_usage, which
 
 from ansible.module_utils.basic import AnsibleModule
+
+
+def requests_version():
+    """The version of the `requests` this Python imports, or "" (absent, or broken: an import that fails)."""
+    try:
+        import requests  # noqa: F401 (only whether it imports)
+    except Exception:  # an ImportError, or a broken install failing in its own import
+        return ""
+    return str(getattr(requests, "__version__", "unknown"))
 
 
 def main():
@@ -23,7 +37,10 @@ def main():
         probe = parent
     shm = disk_usage("/dev/shm").total if os.path.isdir("/dev/shm") else 0
     module.exit_json(changed=False, path=path, existing=probe, free_bytes=disk_usage(probe).free, shm_bytes=shm,
-                     time=int(time.time()), rsync=which("rsync") or "")
+                     device=os.stat(probe).st_dev,
+                     time=int(time.time()), rsync=which("rsync") or "", python=sys.executable,
+                     python_version=".".join(str(part) for part in sys.version_info[:3]),
+                     requests=requests_version())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+"""The node-side code on a node as old as the vendors' (issue: nodes as they come from the vendor).
+
+`ansible/library/` runs with the node's own Python, not ours: openEuler 22.03 ships 3.9, Kylin V10 3.7. Every module
+is parsed as Python 3.7 (tests/unit/test_role_contracts.py) and linted for it (`make lint-node`); here they run, as
+Ansible runs them, on a Debian bullseye node (Python 3.9, as debootstrap makes it: no `requests`), reached by the
+real ansible-playbook of .venv through the Docker connection:
+- rollout8_node_state reports that Python and no `requests`, and preflight's node check refuses it in one line
+  naming the node, its Python and the fix, before anything is sent; once python3-requests is installed, it passes;
+- rollout8_deploy_root makes a deploy root with its marker (a re-run changes nothing);
+- rollout8_arrival checks, seals (reading the file once, in its thread pool) and then finds the file current;
+- rollout8_ray_api asks a Ray dashboard that is not there and says so instead of failing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = REPO / "ansible"
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+# The oldest Debian the mirror still carries: Python 3.9, as on openEuler 22.03. No python3-requests: debootstrap's
+# minimal system, as a vendor's node may come.
+IMAGE = "rollout8/bullseye-python:1"
+NODE = f"rollout8-test-py39-{uuid.uuid4().hex[:6]}"
+
+
+def docker(*args: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def node():
+    if shutil.which("docker") is None or docker("info", check=False, timeout=60).returncode != 0:
+        pytest.skip("no Docker engine (scripts/ensure-docker.sh starts one)")
+    if docker("image", "inspect", IMAGE, check=False).returncode != 0:
+        subprocess.run(["bash", "scripts/make-base-image.sh"], cwd=REPO, check=True, timeout=1200,
+                       env={**os.environ, "SUITE": "bullseye", "PACKAGES": "python3", "IMAGE": IMAGE})
+    docker("run", "-d", "--name", NODE, "--label", "rollout8.test=1", IMAGE, "sleep", "3600")
+    try:
+        yield NODE
+    finally:
+        docker("rm", "-f", NODE, check=False)
+
+
+def play(tmp_path: Path, node: str, tasks: list[dict], name: str) -> subprocess.CompletedProcess:
+    """The tasks in one play on the node, with the product's ansible.cfg, library and roles."""
+    book = tmp_path / f"{name}.yml"
+    book.write_text(yaml.safe_dump([{"name": name, "hosts": node, "gather_facts": False, "tasks": tasks}]))
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"{node} ansible_connection=community.docker.docker "
+                         "ansible_python_interpreter=/usr/bin/python3\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_LIBRARY": str(ANSIBLE / "library"),
+           "ANSIBLE_ROLES_PATH": str(ANSIBLE / "roles"), "ANSIBLE_STDOUT_CALLBACK": "json",
+           "ANSIBLE_FILTER_PLUGINS": str(ANSIBLE / "filter_plugins"), "ANSIBLE_RETRY_FILES_ENABLED": "0",
+           "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run([str(PLAYBOOK), "-i", str(inventory), str(book)], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def results(proc: subprocess.CompletedProcess) -> dict[str, dict]:
+    """Each task's result on the node, by task name without its role's prefix (the json callback's output)."""
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    return {task["task"]["name"].split(" : ", 1)[-1]: next(iter(task["hosts"].values()))
+            for p in out["plays"] for task in p["tasks"] if task["hosts"]}
+
+
+def preflight_node(tmp_path: Path, node: str) -> subprocess.CompletedProcess:
+    """preflight's node check, as train.yml runs it (the role's tasks file, with a plan's deploy root)."""
+    return play(tmp_path, node, [
+        {"name": "preflight node", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "node"},
+         "vars": {"rollout8_plan": {"deploy_root": "/var/lib/rollout8/runs/py39"}}}], "preflight")
+
+
+def test_preflight_refuses_a_node_python_without_requests_in_one_line_then_passes(node, tmp_path):
+    proc = preflight_node(tmp_path, node)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    found = results(proc)
+    state = found["Free space near the deploy root, /dev/shm, the clock, rsync and the node's Python (one call, "
+                  "reads only)"]
+    assert state["python_version"].startswith("3.9.") and state["requests"] == "", state
+    refusal = found["The node's Python can run the Docker modules (it has the requests library)"]["msg"]
+    assert "\n" not in refusal.strip()
+    assert refusal.startswith(f"{node}: Python {state['python_version']} (/usr/bin/python3) has no `requests`"), refusal
+    assert "apt-get install python3-requests" in refusal and "Nothing was changed" in refusal
+
+    # the fix the line names, then the same check passes
+    fix = docker("exec", node, "bash", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                 "apt-get install -y -qq --no-install-recommends python3-requests >/dev/null", check=False, timeout=600)
+    assert fix.returncode == 0, fix.stderr[-2000:]
+    again = preflight_node(tmp_path, node)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert results(again)["The node's Python can run the Docker modules (it has the requests library)"]["msg"] \
+        == "All assertions passed"
+
+
+def test_every_node_module_runs_on_python_3_9(node, tmp_path):
+    root = "/var/lib/rollout8/runs/py39"
+    launch = b"#!/bin/bash\necho launch\n"
+    (tmp_path / "launch.sh").write_bytes(launch)
+    copies = [{"what": "launch", "src": str(tmp_path / "launch.sh"), "dest": f"{root}/launch.sh", "kind": "file",
+               "files": [{"path": f"{root}/launch.sh", "size": len(launch), "mtime_ns": 0,
+                          "sha256": hashlib.sha256(launch).hexdigest()}]}]
+    ledger = f"{root}/.rollout8-arrival.json"
+    proc = play(tmp_path, node, [
+        {"name": "root", "rollout8_deploy_root": {"path": root, "run": "py39", "state": "present"}},
+        {"name": "root again", "rollout8_deploy_root": {"path": root, "run": "py39", "state": "present"}},
+        {"name": "check", "rollout8_arrival": {"ledger": ledger, "copies": copies, "mode": "check"}},
+        {"name": "send", "ansible.builtin.copy": {"src": str(tmp_path / "launch.sh"), "dest": f"{root}/launch.sh",
+                                                 "mode": "0755"}},
+        {"name": "seal", "rollout8_arrival": {"ledger": ledger, "copies": copies, "mode": "seal",
+                                              "stale": [f"{root}/launch.sh"]}},
+        {"name": "check again", "rollout8_arrival": {"ledger": ledger, "copies": copies, "mode": "check"}},
+        {"name": "ray", "rollout8_ray_api": {"url": "http://127.0.0.1:9", "what": "nodes", "timeout": 5}},
+        {"name": "python", "rollout8_node_state": {"path": root}},
+    ], "modules")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    found = results(proc)
+    assert found["python"]["python_version"].startswith("3.9."), found["python"]
+    assert (found["root"]["changed"], found["root"]["created"], found["root"]["marked"]) == (True, True, True)
+    assert found["root again"]["changed"] is False
+    assert [c["what"] for c in found["check"]["send"]] == ["launch"] and found["check"]["current"] == 0
+    assert found["seal"].get("failed") is not True, found["seal"]
+    assert found["check again"]["send"] == [] and found["check again"]["current"] == 1, found["check again"]
+    assert found["ray"]["reachable"] is False and found["ray"].get("failed") is not True, found["ray"]
