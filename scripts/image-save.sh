@@ -2,14 +2,14 @@
 # Write IMAGE as the tarball the image role loads on air-gapped nodes (`make image-save`):
 #   scripts/image-save.sh IMAGE OUT [ENGINE]     OUT ending .tar.gz: gzip -1; .tar: as saved
 # prints the image id (for the inventory: rollout8_image_id) and the tarball's sha256 (for `sha256sum -c`);
-# beside it OUT.sha256 (for `sha256sum -c`) and OUT.json: the image's reference, id and architecture, which the
+# beside it OUT.sha256 (for `sha256sum -c`) and OUT.json: the image's reference, id, architecture and size, which the
 # image role reads on the controller to refuse an image of another architecture before copying GBs to any node.
 # Written to .part files and renamed, so a killed run leaves no tarball that looks complete.
 set -euo pipefail
 image=${1:?usage: image-save.sh IMAGE OUT [ENGINE]}
 out=${2:?usage: image-save.sh IMAGE OUT [ENGINE]}
 engine=${3:-docker}
-meta=$("$engine" image inspect -f '{"image": "'"$image"'", "id": "{{.Id}}", "architecture": "{{.Architecture}}", "os": "{{.Os}}"}' "$image") \
+meta=$("$engine" image inspect -f '{"image": "'"$image"'", "id": "{{.Id}}", "architecture": "{{.Architecture}}", "os": "{{.Os}}", "size": {{.Size}}}' "$image") \
   || { echo "image-save: no image $image here: build it first (make image)" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 trap 'rm -f "$out.part" "$out.json.part"' EXIT

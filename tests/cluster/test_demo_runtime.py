@@ -181,6 +181,47 @@ def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them(tm
             on_node(node, "docker", "rmi", "-f", tag, check=False)
 
 
+def test_a_node_without_room_for_the_image_is_refused_before_anything_is_sent(tmp_path):
+    """Room for the image where it lands, measured on every node that needs it before the tarball leaves the
+    controller: Docker's data root must hold about twice the image (the daemon unpacks the tarball before it
+    registers the layers). `make image-save`'s record of a small image, its size made bigger than any disk here
+    (40 TiB): each node is refused in one line naming its data root, what it has and needs, and the fix; nothing
+    reaches the shared directory or any daemon."""
+    reason = docker_available()
+    if reason:
+        pytest.skip(reason)
+    simcluster.up()
+    tag = "rollout8-test/huge:1"
+    try:
+        source = tmp_path / "huge"
+        source.mkdir()
+        (source / "which").write_text("a small image that says it is huge\n")
+        subprocess.run(f"tar -C {source} -c which | docker import - {tag}", shell=True, check=True,
+                       capture_output=True)
+        tarball = tmp_path / "huge.tar"
+        subprocess.run(["bash", str(REPO / "scripts" / "image-save.sh"), tag, str(tarball)], check=True,
+                       capture_output=True)
+        record = tarball.with_name("huge.tar.json")
+        saved = json.loads(record.read_text())
+        assert 0 < saved["size"] < 1024**2, saved  # image-save records the image's size
+        record.write_text(json.dumps({**saved, "size": 40 * 1024**4}))
+        run = demo_play("-e", f"rollout8_image={tag}", "-e", f"rollout8_image_tarball={tarball}", "--tags", "image")
+        out = one_line(run.output)
+        assert run.rc != 0, out[-3000:]
+        first = re.search(r"(rollout8-sim-\w+): Docker's data root (\S+) has ([0-9.]+) GiB free, loading "
+                          + re.escape(tag) + r" needs about ([0-9.]+) GiB there", out)
+        assert first, out[-3000:]
+        assert first.group(2) == on_node(first.group(1), "docker", "info", "-f", "{{.DockerRootDir}}").stdout.strip()
+        assert float(first.group(4)) >= 2 * 40 * 1024 and "(data-root in /etc/docker/daemon.json)" in out
+        assert "Nothing was sent" in out
+        assert "TASK [image : Send the tarball (rsync, resumable)]" not in run.output
+        assert not list((simcluster.SHARED_HOST / ".rollout8-images").glob("huge.tar*"))
+        for node in simcluster.NODES:
+            assert on_node(node, "docker", "image", "inspect", tag, check=False).returncode != 0, node
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
 def test_a_node_whose_docker_does_not_answer_root_is_refused_in_preflight_naming_it(demo_job):
     """The docker runtime drives each node's daemon as root through sudo: a node where that fails (here its socket
     is gone, as when dockerd is down or not installed) is named with the fix before anything is sent or started."""
