@@ -222,6 +222,33 @@ def test_a_node_without_room_for_the_image_is_refused_before_anything_is_sent(tm
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
 
 
+def test_a_node_whose_cluster_address_is_loopback_is_refused_naming_it(tmp_path):
+    """A node whose address for the cluster comes out as 127.0.1.1 (its hostname in a Debian-style /etc/hosts): the
+    other nodes' Ray, Gloo and HCCL would dial themselves. Refused in the first play, naming that node, its address,
+    where it came from and the fix; no other node named, nothing changed."""
+    reason = docker_available()
+    if reason:
+        pytest.skip(reason)
+    simcluster.up()
+    inventory = tmp_path / "inventory"
+    shutil.copytree(simcluster.INVENTORY.parent, inventory)
+    node = simcluster.NODES[2]
+    hosts = inventory / simcluster.INVENTORY.name
+    lines = [line + " rollout8_node_address=127.0.1.1" if line.startswith(node + " ") else line
+             for line in hosts.read_text().splitlines()]
+    hosts.write_text("\n".join(lines) + "\n")
+    run = simcluster.run_playbook(hosts, simcluster.SHIPPED_SPEC, sim_demo.DEMO_WORK, tmp_path / "facts",
+                                  "--tags", "preflight", timeout=600)  # (its own fact cache: the bad address stays)
+    out = one_line(run.output)
+    assert run.rc != 0, out[-3000:]
+    assert (f"{node}: its cluster address is 127.0.1.1 (from rollout8_node_address), a loopback address: Ray, Gloo "
+            "and HCCL on the other nodes could not reach it; set rollout8_cluster_nic to the data NIC") in out, \
+        out[-3000:]
+    assert all(f"{other}: its cluster address" not in out for other in simcluster.NODES[:2])
+    assert "TASK [preflight" not in run.output
+    assert all(run.recap()[name]["changed"] == 0 for name in simcluster.NODES), run.recap()
+
+
 def test_a_node_whose_docker_does_not_answer_root_is_refused_in_preflight_naming_it(demo_job):
     """The docker runtime drives each node's daemon as root through sudo: a node where that fails (here its socket
     is gone, as when dockerd is down or not installed) is named with the fix before anything is sent or started."""
