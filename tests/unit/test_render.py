@@ -329,3 +329,13 @@ def test_retention_defaults_to_two_unless_set_or_checkpoints_are_off(tmp_path):
     assert off.value("trainer.max_actor_ckpt_to_keep") == (False, None) and off.derived_from == {}
     # GRPO has no critic: its retention is verl's
     assert derived.value("trainer.max_critic_ckpt_to_keep") == (False, None)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_every_shipped_spec_saves_checkpoints_and_bounds_them(spec):
+    """No shipped spec trains for hours without a checkpoint to resume from: trainer.save_freq > 0 (derived, or
+    tiny-cpu's own 3), and a retention limit."""
+    rendered = render(load_spec(spec))
+    found, freq = rendered.value("trainer.save_freq")
+    assert found and int(freq) > 0
+    assert rendered.value("trainer.max_actor_ckpt_to_keep") == (True, 2)
