@@ -399,6 +399,32 @@ def test_shared_dir_without_checkpoints_warns(raw, tmp_path, capsys):
     assert "save_freq" not in capsys.readouterr().out
 
 
+def test_derived_checkpoint_keys_are_named_in_one_info_line(raw, run_dir):
+    raw["verl"]["trainer.total_training_steps"] = 40
+    [note] = [f for f in findings(raw, run_dir) if f.rule == "resume"]
+    assert note.level == "info" and note.field == "verl.trainer.save_freq"
+    assert "trainer.save_freq=4 (every 10% of trainer.total_training_steps 40)" in note.message
+    assert "trainer.max_actor_ckpt_to_keep=2 (the latest 2 kept" in note.message
+    assert "\n" not in note.message
+    del raw["verl"]["trainer.total_training_steps"]
+    [note] = [f for f in findings(raw, run_dir) if f.rule == "resume"]
+    assert "trainer.save_freq=20 (every 20 steps, render's default without trainer.total_training_steps)" in \
+        note.message
+    raw["verl"].update({"trainer.save_freq": 5, "trainer.max_actor_ckpt_to_keep": 3})  # nothing derived: no line
+    assert [f for f in findings(raw, run_dir) if f.rule == "resume"] == []
+
+
+@pytest.mark.parametrize("freq", [-1, 0])
+def test_checkpoints_turned_off_on_several_nodes_warn(raw, run_dir, freq):
+    raw["verl"]["trainer.save_freq"] = freq  # the fixture's 3 nodes, no cluster.shared_dir
+    [warn] = [f for f in findings(raw, run_dir) if f.rule == "resume"]
+    assert warn.level == "warning" and warn.field == "verl.trainer.save_freq"
+    assert warn.message.startswith(f"is {freq} on 3 nodes: no checkpoint is saved") and "step 0" in warn.message
+    raw["cluster"].update({"nnodes": 1, "npus_per_node": 6})  # one node, nothing shared: the opt-out stands quietly
+    raw["verl"]["data.train_batch_size"] = 6
+    assert [f for f in findings(raw, run_dir) if f.rule == "resume"] == []
+
+
 # ------------------------------------------------------------------ what verl and vLLM crash on at the pins
 def test_token_budget_below_max_model_len_with_chunked_prefill_off(raw, run_dir):
     """verl's sync vLLM rollout (vllm_rollout_spmd.py:204-208 at verl 51d2104) refuses it at rollout start; the

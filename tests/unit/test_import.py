@@ -280,3 +280,28 @@ def test_a_value_no_field_takes_is_reported_and_shows_in_render_against(tmp_path
     assert "different value: override data.train_files: script ['/data/a.parquet','/data/b.parquet'], spec " \
            "/TODO-rollout8-import/train" in lines
     assert "different value: override trainer.nnodes: script '$NNODES', spec 1" in lines
+
+
+def test_a_scripts_checkpoint_settings_are_carried_even_where_render_would_derive_them(tmp_path, capsys):
+    """render derives trainer.save_freq from the verl block (10% of total_training_steps, else 20 steps) and
+    max_actor_ckpt_to_keep: a script's own values stay in the spec, never dropped as 'render sets the same'."""
+    script = write(tmp_path, {"run.sh": RAY_SUBMIT.replace(
+        "trainer.total_training_steps=5", "trainer.total_training_steps=5 trainer.save_freq=20 "
+                                          "trainer.max_actor_ckpt_to_keep=2")})
+    out = tmp_path / "spec.yaml"
+    assert main(["import", str(script), "-o", str(out)]) == 0, capsys.readouterr().err
+    spec = load_spec(out)
+    assert spec.verl["trainer.save_freq"] == 20 and spec.verl["trainer.max_actor_ckpt_to_keep"] == 2
+    assert render(spec).value("trainer.save_freq") == (True, 20)
+    assert main(["render", str(out), "--against", str(script)]) == 0
+
+
+def test_a_script_without_checkpoints_imports_to_render_s_derived_ones(tmp_path, capsys):
+    code, script, out = imported(tmp_path, "ray-submit")
+    assert code == 0, capsys.readouterr().err
+    spec = load_spec(out)
+    assert "trainer.save_freq" not in spec.verl and render(spec).value("trainer.save_freq") == (True, 1)
+    assert main(["render", str(out), "--against", str(script), "--verbose"]) == 0  # rollout8's own, not a difference
+    lines = capsys.readouterr().out.splitlines()
+    assert {"set by rollout8: only in the spec: override trainer.save_freq=1",
+            "set by rollout8: only in the spec: override trainer.max_actor_ckpt_to_keep=2"} <= set(lines)

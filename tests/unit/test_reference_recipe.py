@@ -78,10 +78,14 @@ RENDER_OWNED = {"actor_rollout_ref.rollout.mode": "sync"}
 
 
 def explained(text: str, key: str) -> bool:
-    """The spec's line for key carries a comment, or the comment line(s) right above it do."""
-    lines = text.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{key}:"))
-    return "#" in lines[at] or (at > 0 and lines[at - 1].strip().startswith("#"))
+    """The spec's line for key carries a comment, or the comment line(s) right above it do; a key the spec leaves
+    unset on purpose (render derives it: trainer.save_freq) is explained by a comment line that starts with it,
+    `# key: why`."""
+    lines = [line.strip() for line in text.splitlines()]
+    at = next((i for i, line in enumerate(lines) if line.startswith(f"{key}:")), None)
+    if at is None:
+        return any(line.startswith("#") and line.lstrip("# ").startswith(f"{key}:") for line in lines)
+    return "#" in lines[at] or (at > 0 and lines[at - 1].startswith("#"))
 
 
 def same(a, b) -> bool:
@@ -128,6 +132,19 @@ def test_the_recipe_environment_or_why_not(name):
             assert mine is None, key  # the bf16 baseline runs no FlashRL
         elif mine != value:
             assert key in text, f"{key}={value} in the recipe, {mine!r} here, and the spec does not say why"
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_the_gsm8k_specs_checkpoint_unlike_the_recipe_and_say_why(name):
+    """The recipe saves nothing (trainer.save_freq=-1); the shipped specs leave the key to render, which derives a
+    checkpoint every 20 steps (no total_training_steps) and keeps 2, and a comment line names the key and why."""
+    path = RUNS / name
+    spec, text = load_spec(path), path.read_text()
+    assert "trainer.save_freq" not in spec.verl
+    rendered = render(spec)
+    assert effective(rendered, "trainer.save_freq") == 20 and effective(rendered, "trainer.max_actor_ckpt_to_keep") == 2
+    assert explained(text, "trainer.save_freq") and "resumable" in text
+    assert not explained("verl:\n  trainer.test_freq: -1\n", "trainer.save_freq")  # not named: not explained
 
 
 def test_the_int8_spec_runs_the_recipes_algorithm():

@@ -274,3 +274,68 @@ def test_shared_dir_puts_checkpoints_there_keyed_by_the_spec_and_resumes(tmp_pat
     del spec["cluster"]["shared_dir"]
     path.write_text(yaml.safe_dump(spec))
     assert render(load_spec(path)).value("trainer.resume_mode") == (False, None)
+
+
+# ------------------------------------------------------------------ checkpoints on by default
+def render_verl(tmp_path, **changes):
+    """tiny-cpu with its verl block changed: a key -> value, or -> None to leave the key out."""
+    spec = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
+    for key, value in changes.items():
+        key = key.replace("__", ".")
+        if value is None:
+            spec["verl"].pop(key, None)
+        else:
+            spec["verl"][key] = value
+    path = tmp_path / "ckpt.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return render(load_spec(path))
+
+
+@pytest.mark.parametrize("total, every", [(50, 5), (3, 1), (95, 10), (100, 10), (101, 11), ("40", 4)])
+def test_unset_save_freq_is_every_tenth_of_total_training_steps(tmp_path, total, every):
+    rendered = render_verl(tmp_path, trainer__save_freq=None, trainer__total_training_steps=total)
+    assert rendered.value("trainer.save_freq") == (True, every)
+    assert f"trainer.save_freq={every}" in rendered.argv  # verl gets it like any other override
+    assert "trainer.save_freq" in rendered.derived_keys
+    assert rendered.derived_from["trainer.save_freq"] == f"every 10% of trainer.total_training_steps {int(total)}"
+
+
+def test_unset_save_freq_without_total_training_steps_is_the_fixed_default(tmp_path):
+    from rollout8.runspec.render import SAVE_FREQ_STEPS
+
+    rendered = render_verl(tmp_path, trainer__save_freq=None, trainer__total_training_steps=None,
+                           trainer__total_epochs=2)
+    assert SAVE_FREQ_STEPS == 20 and rendered.value("trainer.save_freq") == (True, 20)
+    assert "without trainer.total_training_steps" in rendered.derived_from["trainer.save_freq"]
+
+
+@pytest.mark.parametrize("freq", [-1, 0, 3, 7, "5"])
+def test_an_explicit_save_freq_is_kept(tmp_path, freq):
+    rendered = render_verl(tmp_path, trainer__save_freq=freq, trainer__total_training_steps=100)
+    assert rendered.value("trainer.save_freq") == (True, freq)
+    assert [a for a in rendered.argv if a.startswith("trainer.save_freq=")] == [f"trainer.save_freq={freq}"]
+    assert "trainer.save_freq" not in rendered.derived_from
+
+
+def test_retention_defaults_to_two_unless_set_or_checkpoints_are_off(tmp_path):
+    derived = render_verl(tmp_path, trainer__save_freq=None)
+    assert derived.value("trainer.max_actor_ckpt_to_keep") == (True, 2)
+    assert "trainer.max_actor_ckpt_to_keep=2" in derived.argv
+    assert render_verl(tmp_path, trainer__save_freq=3).value("trainer.max_actor_ckpt_to_keep") == (True, 2)
+    kept = render_verl(tmp_path, trainer__save_freq=None, trainer__max_actor_ckpt_to_keep=5)
+    assert kept.value("trainer.max_actor_ckpt_to_keep") == (True, 5)
+    assert set(kept.derived_from) == {"trainer.save_freq"}
+    off = render_verl(tmp_path, trainer__save_freq=-1)
+    assert off.value("trainer.max_actor_ckpt_to_keep") == (False, None) and off.derived_from == {}
+    # GRPO has no critic: its retention is verl's
+    assert derived.value("trainer.max_critic_ckpt_to_keep") == (False, None)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])
+def test_every_shipped_spec_saves_checkpoints_and_bounds_them(spec):
+    """No shipped spec trains for hours without a checkpoint to resume from: trainer.save_freq > 0 (derived, or
+    tiny-cpu's own 3), and a retention limit."""
+    rendered = render(load_spec(spec))
+    found, freq = rendered.value("trainer.save_freq")
+    assert found and int(freq) > 0
+    assert rendered.value("trainer.max_actor_ckpt_to_keep") == (True, 2)

@@ -28,7 +28,9 @@ other code imports them from. Rules (ids in brackets):
   [owned-key]        verl keys that the spec's own fields set are not overridden differently
   [env]              VLLM_USE_V1=1 for FlashRL; no variable the spec's fields set (NIC, HCCL timeouts and port
                      ranges, FlashRL's); rollout.lmhead_fp32 on NPU (warning)
-  [resume]           with cluster.shared_dir, trainer.save_freq saves checkpoints to resume from (warning)
+  [resume]           the checkpoint keys render derives where verl: leaves them unset (info: trainer.save_freq
+                     every 10% of total_training_steps, else 20 steps; max_actor_ckpt_to_keep 2); an explicit
+                     trainer.save_freq <= 0 on more than one node or with cluster.shared_dir (warning)
 Checked on a node by `make accept-npu` (tests/npu), not from the spec; each FAIL line says what to do:
   accept cann-pairing  torch_npu imports on this CANN in a fresh process; an undefined symbol (libtbe_adapter.so)
                        means CANN and torch_npu are not a pair (Ascend/pytorch #99): run the image built from the lock

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import verl_keys
 from .check_common import ROLLOUT, Collector, as_int, effective, truthy, user_sets, verl_field
-from .render import Rendered, render
+from .render import SAVE_FRACTION, SAVE_FREQ_STEPS, Rendered, render
 from .runspec import RunSpec
 
 VERL_QUANT_LEAVES = ("quantization", "kv_cache_dtype", "quantization_config", "calculate_kv_scales", "quant_config")
@@ -271,13 +271,31 @@ def check_env(c: Collector, spec: RunSpec, r: Rendered) -> None:
 
 
 def check_resume(c: Collector, spec: RunSpec, r: Rendered) -> None:
-    if spec.checkpoint_dir is None:
+    """The checkpoint keys render derived (one info line naming them and what from), and an explicit
+    trainer.save_freq <= 0 where checkpoints matter: with cluster.shared_dir (kept there for resubmission) or on
+    more than one node (more nodes, more chances the job dies)."""
+    if r.derived_from:
+        where = spec.checkpoint_dir or ("verl's default trainer.default_local_dir, relative to the job's working "
+                                        "directory in the training containers (cluster.shared_dir puts them where "
+                                        "every node and a resubmission see them)")
+        c.info("resume", verl_field(spec, next(iter(r.derived_from))),
+               "derived by render (the spec's verl: leaves them unset): " + "; ".join(
+                   f"{key}={r.value(key)[1]} ({why})" for key, why in r.derived_from.items())
+               + f"; checkpoints go to {where}; set a key in verl: to choose another value")
+    nodes = spec.cluster.nnodes
+    if spec.checkpoint_dir is None and nodes == 1:
         return
     freq = as_int(c, r, "trainer.save_freq")
     if freq is not None and freq <= 0:
+        why = f"on {nodes} nodes" if nodes > 1 else "with cluster.shared_dir set for them"
+        if nodes > 1 and spec.checkpoint_dir is not None:
+            why += " and cluster.shared_dir set for them"
         c.warning("resume", verl_field(spec, "trainer.save_freq"),
-                  f"cluster.shared_dir is set but trainer.save_freq is {freq}: no checkpoint is saved, so a "
-                  "resubmitted job starts again from step 0; set it to the steps between checkpoints")
+                  f"is {freq} {why}: no checkpoint is saved, so after a failure"
+                  + (" of any one node" if nodes > 1 else "") + " a resubmitted job starts again from step 0, "
+                  "every step trained lost; remove it (render "
+                  f"then saves every {100 // SAVE_FRACTION}% of trainer.total_training_steps, else every "
+                  f"{SAVE_FREQ_STEPS} steps) or set the steps between checkpoints")
 
 
 def check_owned(c: Collector, spec: RunSpec, r: Rendered) -> None:

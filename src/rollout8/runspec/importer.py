@@ -287,7 +287,9 @@ def build_spec(reading: Reading, name: str) -> Imported:
             "model": model, "rollout": rollout, "cluster": cluster, "data": data,
             "deploy": {"shared_storage": True}}
     # render's own values: what the spec renders with no verl block, for the keys and variables it sets itself
-    derived = rendered_overrides(render(parse_spec(dict(base, env=spec_env), Path.cwd(), "<import>")))
+    bare = render(parse_spec(dict(base, env=spec_env), Path.cwd(), "<import>"))
+    # the checkpoint defaults depend on the verl block (total_training_steps): the script's own values are carried
+    derived = {key: value for key, value in rendered_overrides(bare).items() if key not in bare.derived_from}
     derived_env = render(parse_spec(dict(base), Path.cwd(), "<import>")).env
     for var in owned:  # render's own: noted where it renders the same (or the placeholders stand for it)
         same = derived_env.get(var) == env[var] or var in RENDER_ENV or var == "HCCL_IF_IP"

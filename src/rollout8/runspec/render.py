@@ -13,6 +13,7 @@ Output is a pure function of the spec and of the local artifacts' contents: same
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from ..errors import SpecError
 from ..fileutil import atomic_write, sha256_bytes, sha256_file
 from . import flashrl_config
 from .runspec import RunSpec
-from .verl_keys import Override, QuotedStr, split_key
+from .verl_keys import Override, QuotedStr, as_hydra_reads, split_key
 
 MANIFEST_SCHEMA = 1
 FLASHRL_FILE = "flashrl.yaml"
@@ -41,6 +42,21 @@ RUNTIME_ENV_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
 CPU_BRIDGES_HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
 CPU_BRIDGES_HOOK = "rollout8_cpu_bridges.install"
 
+# Checkpoints on by default: a multi-hour job left alone must be resumable, and verl's own trainer.save_freq (-1)
+# saves nothing. Derived only where the spec's verl: block does not set the key itself: an explicit value wins,
+# trainer.save_freq: -1 included (the opt-out). The checkpoints land in trainer.default_local_dir (spec.checkpoint_dir
+# with cluster.shared_dir); verl also saves the last step whenever save_freq > 0.
+SAVE_FRACTION = 10  # with trainer.total_training_steps known: a checkpoint every 10% of the run (ceil(total / 10))
+# Without it the run's length (total_epochs x the training rows / data.train_batch_size, after verl's filtering) is
+# known only once verl has read the data. 20 steps: on the shipped GSM8K specs (7473 rows / batch 16, about 467 steps
+# an epoch, minutes a step) a failure loses at most 20 steps, and the save (the actor's weights, optimizer and
+# extra state) comes about 23 times an epoch, a small share of the run's time.
+SAVE_FREQ_STEPS = 20
+# trainer.max_actor_ckpt_to_keep: verl removes older checkpoints past this many. Each holds the actor's fp32 weights
+# and Adam state (about 12 bytes a parameter: ~90 GB for a 7B model), so unbounded retention fills the disk within
+# an epoch; 2 keeps the one before the latest too. GRPO has no critic: max_critic_ckpt_to_keep is left alone.
+CKPT_TO_KEEP = 2
+
 
 @dataclass
 class Rendered:
@@ -51,6 +67,8 @@ class Rendered:
     overrides: list[Override]
     flashrl: dict | None
     derived_keys: set[str] = field(default_factory=set)
+    # the checkpoint keys render derived because the spec leaves them unset: key -> what the value comes from
+    derived_from: dict[str, str] = field(default_factory=dict)
 
     @property
     def argv(self) -> list[str]:
@@ -96,6 +114,40 @@ def build_env(spec: RunSpec) -> tuple[dict[str, str], dict[str, str]]:
     return env, per_node
 
 
+def _positive_int(value: Any) -> int | None:
+    value = as_hydra_reads(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 1:
+        return None
+    return int(value)
+
+
+def checkpoint_defaults(spec: RunSpec) -> dict[str, tuple[Any, str]]:
+    """The checkpoint keys render sets where the spec's verl: block does not: key -> (value, what it is derived
+    from). trainer.save_freq: every 10% of trainer.total_training_steps, else every SAVE_FREQ_STEPS steps;
+    trainer.max_actor_ckpt_to_keep: CKPT_TO_KEEP, unless the spec turns checkpoints off."""
+    user = {}
+    for raw, value in spec.verl.items():
+        op, key = split_key(raw)
+        user[key] = -1 if op == "~" and key == "trainer.save_freq" else value  # deleted: verl's default, -1
+    out: dict[str, tuple[Any, str]] = {}
+    if "trainer.save_freq" not in user:
+        total = _positive_int(user.get("trainer.total_training_steps"))
+        if total is not None:
+            out["trainer.save_freq"] = (max(1, math.ceil(total / SAVE_FRACTION)),
+                                        f"every {100 // SAVE_FRACTION}% of trainer.total_training_steps {total}")
+        else:
+            out["trainer.save_freq"] = (SAVE_FREQ_STEPS, f"every {SAVE_FREQ_STEPS} steps, render's default without "
+                                                         "trainer.total_training_steps")
+        saves = True
+    else:
+        freq = as_hydra_reads(user["trainer.save_freq"])
+        saves = not (isinstance(freq, (int, float)) and not isinstance(freq, bool) and freq <= 0)
+    if "trainer.max_actor_ckpt_to_keep" not in user and saves:
+        out["trainer.max_actor_ckpt_to_keep"] = (CKPT_TO_KEEP, f"the latest {CKPT_TO_KEEP} kept, older ones removed "
+                                                              "so the disk does not fill")
+    return out
+
+
 def build_overrides(spec: RunSpec, env: dict[str, str]) -> tuple[list[Override], set[str], dict[str, str]]:
     derived: dict[str, Any] = {
         "algorithm.adv_estimator": "grpo",
@@ -116,6 +168,7 @@ def build_overrides(spec: RunSpec, env: dict[str, str]) -> tuple[list[Override],
         # on the directory every node sees: a resubmitted job (train.yml after a failure) resumes from the latest
         derived["trainer.default_local_dir"] = spec.checkpoint_dir
         derived["trainer.resume_mode"] = "auto"
+    derived.update((key, value) for key, (value, _) in checkpoint_defaults(spec).items())
     derived["trainer.device"] = spec.cluster.accelerator
     derived["trainer.nnodes"] = spec.cluster.nnodes
     derived["trainer.n_gpus_per_node"] = spec.cluster.npus_per_node
@@ -146,7 +199,8 @@ def render(spec: RunSpec) -> Rendered:
     env, per_node = build_env(spec)
     overrides, derived_keys, runtime_env = build_overrides(spec, env)
     flashrl = flashrl_config.config_for_spec(spec, node_paths=True) if spec.flashrl else None
-    return Rendered(spec, env, per_node, runtime_env, overrides, flashrl, derived_keys)
+    derived_from = {key: why for key, (_, why) in checkpoint_defaults(spec).items()}
+    return Rendered(spec, env, per_node, runtime_env, overrides, flashrl, derived_keys, derived_from)
 
 
 # ---------------------------------------------------------------------------------------------- files

@@ -26,6 +26,8 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.rollout.calculate_log_probs=true \
   algorithm.rollout_correction.rollout_is=sequence \
   algorithm.rollout_correction.rollout_is_threshold=2.0 \
+  trainer.save_freq=20 \
+  trainer.max_actor_ckpt_to_keep=2 \
   trainer.device=npu \
   trainer.nnodes=2 \
   trainer.n_gpus_per_node=8 \
@@ -62,6 +64,5 @@ exec python3 -m verl.trainer.main_ppo \
   trainer.project_name=rollout8 \
   trainer.experiment_name=qwen2.5-32b-int8-2node \
   trainer.total_epochs=5 \
-  trainer.save_freq=-1 \
   trainer.test_freq=10 \
   "$@"

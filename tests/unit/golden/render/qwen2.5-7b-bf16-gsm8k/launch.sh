@@ -14,6 +14,8 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.model.path=/var/lib/rollout8/runs/qwen2.5-7b-bf16-gsm8k/models/bf16 \
   actor_rollout_ref.rollout.name=vllm \
   actor_rollout_ref.rollout.mode=sync \
+  trainer.save_freq=20 \
+  trainer.max_actor_ckpt_to_keep=2 \
   trainer.device=npu \
   trainer.nnodes=1 \
   trainer.n_gpus_per_node=8 \
@@ -60,7 +62,6 @@ exec python3 -m verl.trainer.main_ppo \
   trainer.logger=console \
   trainer.project_name=rollout8 \
   trainer.experiment_name=qwen2.5-7b-bf16-gsm8k \
-  trainer.save_freq=-1 \
   trainer.test_freq=-1 \
   trainer.total_epochs=1 \
   "$@"

@@ -20,6 +20,8 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.rollout.calculate_log_probs=true \
   algorithm.rollout_correction.rollout_is=sequence \
   algorithm.rollout_correction.rollout_is_threshold=2.0 \
+  trainer.save_freq=5 \
+  trainer.max_actor_ckpt_to_keep=2 \
   trainer.device=npu \
   trainer.nnodes=1 \
   trainer.n_gpus_per_node=8 \
@@ -51,7 +53,6 @@ exec python3 -m verl.trainer.main_ppo \
   trainer.project_name=rollout8 \
   trainer.experiment_name=qwen2.5-7b-int8-dapo \
   trainer.total_training_steps=50 \
-  trainer.save_freq=-1 \
   trainer.test_freq=-1 \
   trainer.val_before_train=false \
   "$@"

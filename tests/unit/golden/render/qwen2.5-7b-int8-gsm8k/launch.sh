@@ -20,6 +20,8 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.rollout.calculate_log_probs=true \
   algorithm.rollout_correction.rollout_is=sequence \
   algorithm.rollout_correction.rollout_is_threshold=2.0 \
+  trainer.save_freq=20 \
+  trainer.max_actor_ckpt_to_keep=2 \
   trainer.device=npu \
   trainer.nnodes=1 \
   trainer.n_gpus_per_node=8 \
@@ -66,7 +68,6 @@ exec python3 -m verl.trainer.main_ppo \
   trainer.logger=console \
   trainer.project_name=rollout8 \
   trainer.experiment_name=qwen2.5-7b-int8-gsm8k \
-  trainer.save_freq=-1 \
   trainer.test_freq=-1 \
   trainer.total_epochs=1 \
   "$@"

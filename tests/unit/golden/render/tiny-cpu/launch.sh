@@ -22,6 +22,7 @@ exec python3 -m verl.trainer.main_ppo \
   custom_reward_function.name=compute_score \
   trainer.default_local_dir=/mnt/rollout8-shared/tiny-cpu/<KEY>/checkpoints \
   trainer.resume_mode=auto \
+  trainer.max_actor_ckpt_to_keep=2 \
   trainer.device=cpu \
   trainer.nnodes=3 \
   trainer.n_gpus_per_node=1 \
