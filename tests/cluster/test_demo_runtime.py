@@ -134,6 +134,19 @@ def test_a_node_that_has_the_image_is_sent_nothing(demo_job):
     assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
 
 
+def saved_image(directory, tag: str, content: str):
+    """A one-file image TAG (its file says content) on this machine, saved by make image-save's script as
+    DIRECTORY/<name>.tar (and .json, .sha256 beside it), name being the tag's repository's last part."""
+    source = directory / tag.rsplit("/", 1)[-1].split(":")[0]
+    source.mkdir()
+    (source / "which").write_text(content + "\n")
+    subprocess.run(f"tar -C {source} -c which | docker import - {tag}", shell=True, check=True, capture_output=True)
+    tarball = source.with_name(source.name + ".tar")
+    subprocess.run(["bash", str(REPO / "scripts" / "image-save.sh"), tag, str(tarball)], check=True,
+                   capture_output=True)
+    return tarball
+
+
 def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them(tmp_path):
     """No tarball and no rollout8_image_id (a registry's tag): the nodes must still hold one image; three daemons
     with three builds under the same tag are refused, each node named with its id, before any container starts.
@@ -159,14 +172,7 @@ def test_nodes_holding_different_images_under_one_tag_are_refused_naming_them(tm
 
         # with `make image-save`'s tarball of the one build the tag must mean: every node whose id differs loads it
         # (none keeps its stale build), and all end with the tarball's id
-        source = tmp_path / "odd"
-        source.mkdir()
-        (source / "which").write_text("the build\n")
-        subprocess.run(f"tar -C {source} -c which | docker import - {tag}", shell=True, check=True,
-                       capture_output=True)
-        tarball = tmp_path / "odd.tar"
-        subprocess.run(["bash", str(REPO / "scripts" / "image-save.sh"), tag, str(tarball)], check=True,
-                       capture_output=True)
+        tarball = saved_image(tmp_path, tag, "the build")
         saved = json.loads(tarball.with_name("odd.tar.json").read_text())["id"]
         saved = saved if saved.startswith("sha256:") else f"sha256:{saved}"
         run = demo_play("-e", f"rollout8_image={tag}", "-e", f"rollout8_image_tarball={tarball}", "--tags", "image")
@@ -193,14 +199,7 @@ def test_a_node_without_room_for_the_image_is_refused_before_anything_is_sent(tm
     simcluster.up()
     tag = "rollout8-test/huge:1"
     try:
-        source = tmp_path / "huge"
-        source.mkdir()
-        (source / "which").write_text("a small image that says it is huge\n")
-        subprocess.run(f"tar -C {source} -c which | docker import - {tag}", shell=True, check=True,
-                       capture_output=True)
-        tarball = tmp_path / "huge.tar"
-        subprocess.run(["bash", str(REPO / "scripts" / "image-save.sh"), tag, str(tarball)], check=True,
-                       capture_output=True)
+        tarball = saved_image(tmp_path, tag, "a small image that says it is huge")
         record = tarball.with_name("huge.tar.json")
         saved = json.loads(record.read_text())
         assert 0 < saved["size"] < 1024**2, saved  # image-save records the image's size
