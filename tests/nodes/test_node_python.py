@@ -55,19 +55,16 @@ def node():
 
 
 def play(tmp_path: Path, node: str, tasks: list[dict], name: str) -> subprocess.CompletedProcess:
-    """The tasks in one play on the node, with the product's ansible.cfg, library and roles."""
+    """The tasks in one play on the node, from ansible/ as users run it (its ansible.cfg: library, roles)."""
     book = tmp_path / f"{name}.yml"
     book.write_text(yaml.safe_dump([{"name": name, "hosts": node, "gather_facts": False, "tasks": tasks}]))
     inventory = tmp_path / "hosts.ini"
     inventory.write_text(f"{node} ansible_connection=community.docker.docker "
                          "ansible_python_interpreter=/usr/bin/python3\n")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_LIBRARY": str(ANSIBLE / "library"),
-           "ANSIBLE_ROLES_PATH": str(ANSIBLE / "roles"), "ANSIBLE_STDOUT_CALLBACK": "json",
-           "ANSIBLE_FILTER_PLUGINS": str(ANSIBLE / "filter_plugins"), "ANSIBLE_RETRY_FILES_ENABLED": "0",
-           "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run([str(PLAYBOOK), "-i", str(inventory), str(book)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
+               PATH=f"{PLAYBOOK.parent}:{os.environ['PATH']}")
+    return subprocess.run([str(PLAYBOOK), "-i", str(inventory), str(book)], cwd=ANSIBLE, capture_output=True,
+                          text=True, env=env, timeout=600)
 
 
 def results(proc: subprocess.CompletedProcess) -> dict[str, dict]:

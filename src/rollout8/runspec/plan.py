@@ -204,20 +204,16 @@ def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = Tru
     copies, sums = [], {}
     for what in spec.artifacts():
         local = spec.local_path(what)
-        if not artifacts:
-            if not spec.deploy.shared_storage:
-                there = local is not None and local.exists()  # else the kind its field names
-                kind = ("dir" if local.is_dir() else "file") if there else ("dir" if what in ("bf16", "int8")
-                                                                            else "file")
-                copies.append(Copy(what=what, src=str(local), dest=node_paths[what], kind=kind))
-            continue
-        if local is None or not local.exists():
+        there = local is not None and local.exists()
+        if artifacts and not there:
             raise SpecError(f"{what}: {local} does not exist on the controller (field "
                             f"{'model.' + what if what in ('bf16', 'int8', 'profile') else 'data.' + what})")
-        if not spec.deploy.shared_storage:
-            copies.append(Copy(what=what, src=str(local.resolve()), dest=node_paths[what],
-                               kind="dir" if local.is_dir() else "file"))
-        sums.update(_checksums(what, local, cache))
+        if not spec.deploy.shared_storage:  # (a preview's missing file: the kind its field names)
+            kind = ("dir" if local.is_dir() else "file") if there else ("dir" if what in ("bf16", "int8") else "file")
+            copies.append(Copy(what=what, src=str(local.resolve() if there else local), dest=node_paths[what],
+                               kind=kind))
+        if artifacts:
+            sums.update(_checksums(what, local, cache))
 
     written: dict[Path, tuple[str, int]] = {}  # what goes into DIR once the whole plan is made
     if rendered.flashrl is not None:
