@@ -10,7 +10,9 @@
 #      container uses the node's network (network_mode: host), as on a real node. /run outlives a restart of the
 #      node's container (a machine's is a tmpfs): the last boot's pid files go first, or dockerd refuses to start
 #      when their pid is taken by another process of this boot;
-#   4. sshd in the foreground.
+#   4. the firewall (/etc/nftables.conf, the README's rule that sim_nodes.firewall wrote), as nftables.service
+#      loads it at boot: a restarted node's network namespace is a new one, without rules;
+#   5. sshd in the foreground.
 set -u
 ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
 mkdir -p /run/sshd
@@ -29,4 +31,7 @@ fi
 rm -f /run/docker.pid /run/docker/containerd/containerd.pid
 dockerd --data-root /var/lib/docker --bridge none --iptables=false --cgroup-parent "/rollout8-sim/$(hostname)" \
   >/var/log/dockerd.log 2>&1 &
+if grep -q "^table" /etc/nftables.conf 2>/dev/null; then
+  nft -f /etc/nftables.conf || echo "node-init: /etc/nftables.conf did not load" >&2
+fi
 exec /usr/sbin/sshd -D -e

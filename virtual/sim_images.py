@@ -34,8 +34,11 @@ def docker_ok(*args: str) -> bool:
 
 
 def wheelhouse() -> Path:
-    out = sh("bash", "scripts/build-wheelhouse.sh", capture=True)
-    sys.stderr.write(out.stderr)
+    out = sh("bash", "scripts/build-wheelhouse.sh", check=False, capture=True)
+    sys.stderr.write(out.stderr)  # its progress, and on a failure the reason (a CalledProcessError alone hid it)
+    if out.returncode != 0:
+        raise SystemExit(f"scripts/build-wheelhouse.sh failed (exit {out.returncode}): its output is above; "
+                         "run it alone to retry")
     return REPO / out.stdout.strip().splitlines()[-1]
 
 
@@ -120,9 +123,9 @@ NODE_ACCESS = (f"useradd --create-home --shell /bin/bash {NODE_USER}; "
                f"echo '{NODE_USER} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/{NODE_USER}; "
                f"chmod 0440 /etc/sudoers.d/{NODE_USER}; rm -f /etc/ssh/ssh_host_*")
 # Each node runs its own Docker daemon, as an Atlas node does (Debian's docker.io; python3-requests for the
-# community.docker modules, which run with the node's Python).
+# community.docker modules, which run with the node's Python), behind a firewall (nftables; sim_nodes.firewall).
 NODE_DAEMON = ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
-               "docker.io tini python3-requests >/dev/null && rm -rf /var/lib/apt/lists/*")
+               "docker.io tini python3-requests nftables >/dev/null && rm -rf /var/lib/apt/lists/*")
 # The node's main process (virtual/node-init.sh): host keys on first start, the node's dockerd in the background,
 # sshd in the foreground (its sessions start the training containers).
 NODE_COMMAND = ("/usr/local/sbin/rollout8-node-init",)

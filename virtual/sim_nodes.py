@@ -143,6 +143,7 @@ def up() -> str:
            image, *NODE_COMMAND, capture=True)
     _prune_superseded(image)  # an older node image, in use until its containers were replaced just now
     daemons_up()
+    firewall()
     access()
     print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)}, ssh as "
           f"{NODE_USER})", file=sys.stderr)
@@ -159,6 +160,55 @@ def access() -> Path:
         authorize(name, key.with_suffix(".pub").read_text())
     known_hosts(addresses)
     return write_inventory(INVENTORY.parent, addresses, key)
+
+
+# The nodes' firewall, as openEuler's and Kylin's firewalld: input dropped but for ssh and what README.md's
+# "Firewall" block opens, from the cluster's network only. Its ports are read from that block (between the
+# markers), not from the roles: a port the product uses and the README does not document fails the demo.
+FIREWALL_BLOCK = re.compile(r"<!-- firewall:begin -->(.*?)<!-- firewall:end -->", re.S)
+FIREWALL_PORT = re.compile(r"--add-port=(\d+(?:-\d+)?)/tcp")
+FIREWALL_CONF = "/etc/nftables.conf"  # what Debian's nftables.service loads at boot; node-init.sh does too
+
+
+def documented_ports(readme: Path = REPO / "README.md") -> list[str]:
+    """The TCP ports and ranges the README's firewall rule opens between nodes ("6379-6386", ...)."""
+    block = FIREWALL_BLOCK.search(readme.read_text())
+    ports = FIREWALL_PORT.findall(block.group(1)) if block else []
+    if not ports:
+        raise SystemExit(f"{readme}: no firewall-cmd --add-port=.../tcp lines between the firewall markers")
+    return ports
+
+
+def firewall_rules(subnet: str, ports: list[str]) -> str:
+    """An nftables ruleset: input policy drop; loopback, replies, ICMP and ssh accepted; the documented ports
+    from the cluster's subnet only."""
+    return "\n".join([
+        "#!/usr/sbin/nft -f",
+        "# the simulated node's firewall (virtual/sim_nodes.py, from README.md's Firewall block)",
+        "flush ruleset",
+        "table inet filter {",
+        "  chain input {",
+        "    type filter hook input priority filter; policy drop;",
+        "    iif lo accept",
+        "    ct state established,related accept",
+        "    meta l4proto { icmp, ipv6-icmp } accept",
+        "    tcp dport 22 accept",
+        f"    ip saddr {subnet} tcp dport {{ {', '.join(ports)} }} accept",
+        "  }",
+        "}", ""])
+
+
+def firewall() -> None:
+    """Every node's firewall set to the documented rule (written where the node loads it at boot, and loaded)."""
+    subnet = sh("docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Subnet}}", NETWORK,
+                capture=True).stdout.strip()
+    rules = firewall_rules(subnet, documented_ports())
+    for name in NODES:
+        load = subprocess.run(["docker", "exec", "-i", name, "sh", "-c",
+                               f"cat > {FIREWALL_CONF} && nft -f {FIREWALL_CONF}"],
+                              input=rules, text=True, capture_output=True, timeout=60)
+        if load.returncode != 0:
+            raise SystemExit(f"{name}: its firewall did not load ({FIREWALL_CONF}): {load.stderr.strip()[-400:]}")
 
 
 def daemons_up(attempts: int = 120) -> None:

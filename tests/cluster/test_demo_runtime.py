@@ -92,6 +92,57 @@ def test_rollout_ranks_ran_in_containers_on_at_least_two_nodes(demo_job):
     assert len(patched & set(simcluster.NODES)) >= 2, sorted(patched)
 
 
+def reaches(src: str, dst: str, port: int) -> bool:
+    """Whether src connects to a listener on dst:port within 3 s (the listener, in the node's network namespace as
+    the training container's processes are, lives 20 s at most)."""
+    listener = subprocess.Popen(["docker", "exec", dst, "timeout", "20", "python3", "-c",
+                                 f"import socket; s = socket.socket(); s.bind(('0.0.0.0', {port})); s.listen(1); "
+                                 "print('up', flush=True); s.accept()"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert listener.stdout.readline().strip() == "up", f"{dst}: no listener on {port}"
+        probe = on_node(src, "python3", "-c",
+                        f"import socket; socket.create_connection(('{simcluster.address(dst)}', {port}), timeout=3)",
+                        check=False)
+        return probe.returncode == 0
+    finally:
+        listener.kill()
+        listener.wait(timeout=30)
+
+
+def test_the_nodes_drop_what_the_readme_firewall_rule_does_not_open(demo_job):
+    """The demo trained behind every node's default-drop firewall made from README.md's rule (so the ports it
+    opens are the ones the job needs); a port outside it is dropped between nodes, one inside it is open."""
+    documented = simcluster.documented_ports()
+    assert "32768-60999" in documented and "6379-6386" in documented, documented
+    for node in simcluster.NODES:
+        rules = on_node(node, "nft", "list", "chain", "inet", "filter", "input").stdout
+        assert "policy drop;" in rules and "32768-60999" in rules, f"{node}: {rules}"
+    assert not reaches(simcluster.NODES[2], simcluster.NODES[1], 31000)  # below the ephemeral range, not Ray's
+    assert reaches(simcluster.NODES[2], simcluster.NODES[1], 6386)  # Ray's client server port: the head's only
+
+
+def test_a_port_dropped_between_two_nodes_is_refused_in_preflight_naming_both_and_the_port(demo_job):
+    """w1's firewall drops the object manager's port from w2 (Ray holds it, its job ran): preflight's reachability
+    check names the pair, the address and the port in one line, and nothing is sent; the rule back, it passes."""
+    src, dst = simcluster.NODES[2], simcluster.NODES[1]
+    port = 6381  # rollout8_ray_object_manager_port
+    on_node(dst, "nft", "insert", "rule", "inet", "filter", "input", "ip", "saddr", simcluster.address(src), "tcp",
+            "dport", str(port), "drop")
+    try:
+        run = demo_play("--tags", "preflight")
+        out = one_line(run.output)
+        assert run.rc != 0, out[-3000:]
+        assert (f"{src} cannot reach {dst} at {simcluster.address(dst)} on TCP {port} (dropped: a firewall): open "
+                "these ports between the nodes' cluster addresses") in out, out[-3000:]
+        assert "Nothing was sent" in out
+        assert re.findall(r"(\S+) cannot reach (\S+) at", out) == [(src, dst)], out[-3000:]  # no other pair
+    finally:
+        on_node(dst, "nft", "-f", simcluster.FIREWALL_CONF)
+    again = demo_play("--tags", "preflight")
+    assert again.rc == 0, one_line(again.output)[-3000:]
+    assert "TASK [preflight : Every node reaches every other on the job's ports]" in again.output
+
+
 def test_the_stand_in_image_carries_no_cuda_library_a_cpu_never_loads(demo_job):
     """The stand-in stack leaves out what PyPI's CUDA build of torch ships and no CPU process opens (1.2 of its
     8.1 GB, paid once per node that loads it); the demo's job, which ran in these containers, is the proof."""

@@ -92,7 +92,7 @@ FIX = "fix it where it is set (group_vars, host_vars or -e) and run again. Nothi
     (("-e", "rollout8_preflight_min_disk_gb=lots"), 'rollout8_preflight_min_disk_gb="lots" is not a number'),
     (("-e", "rollout8_preflight_skip=disk"), 'rollout8_preflight_skip="disk" is not a list'),
     (("-e", '{"rollout8_preflight_skip": ["dsik"]}'),
-     "value of rollout8_preflight_skip must be one or more of: clock, disk, docker, npu, ports, shared, shm. Got no "
+     "value of rollout8_preflight_skip must be one or more of: clock, disk, docker, npu, ports, reach, shared, shm. Got no "
      "match for: dsik"),
     (("-e", "rollout8_verify_follow=maybe"), 'rollout8_verify_follow="maybe" is not true or false'),
     (("-e", "rollout8_job_start_timeout_s=0"), "rollout8_job_start_timeout_s=0 is out of range (1 or more)"),
@@ -168,14 +168,17 @@ def test_hosts_that_collide_are_refused_naming_them(tmp_path):
 
 def test_ports_and_nic_names_are_refused_host_by_host(tmp_path):
     rc, out = play(tmp_path, host_vars={"node-a": "rollout8_cluster_nic: eth0 eth1\n",
-                                        "node-b": "rollout8_ray_port: 10001\nrollout8_cluster_nic: enp189s0f0np0x12\n",
-                                        "node-c": "rollout8_cluster_nic: bond0.100\n"})
+                                        "node-b": "rollout8_ray_port: 10101\nrollout8_cluster_nic: enp189s0f0np0x12\n",
+                                        "node-c": "rollout8_cluster_nic: bond0.100\nrollout8_ray_min_worker_port: 7000"
+                                                  "\nrollout8_ray_max_worker_port: 6999\n"})
     assert_refused_before_any_node(
         rc, out, 'node-a: rollout8_cluster_nic="eth0 eth1" is not one interface name (one NIC, as `ip -br link` names '
         'it before any "@": up to 15 letters, digits, ".", "_", "-")',
-        "node-b: rollout8_ray_port=10001 is Ray", "client server port (on the head)",
+        "node-b: rollout8_ray_port=10101 is in the Ray worker port range 10002-19999 (rollout8_ray_min_worker_port-"
+        "rollout8_ray_max_worker_port: move one or the other)",
+        "node-c: rollout8_ray_min_worker_port=7000 is above rollout8_ray_max_worker_port=6999",
         'node-b: rollout8_cluster_nic="enp189s0f0np0x12" is not one interface name',  # 16 characters: IFNAMSIZ
-        "rollout8_ray_port differs between hosts (6379 on node-a, node-c; 10001 on node-b; a worker joins the head "
+        "rollout8_ray_port differs between hosts (6379 on node-a, node-c; 10101 on node-b; a worker joins the head "
         "at its own value: set one for the cluster, in group_vars)" + CLUSTER_FIX)
     assert "bond0.100" not in out, out[-3000:]
 
