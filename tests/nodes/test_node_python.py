@@ -8,7 +8,8 @@ real ansible-playbook of .venv through the Docker connection:
   naming the node, its Python and the fix, before anything is sent; once python3-requests is installed, it passes;
 - rollout8_deploy_root makes a deploy root with its marker (a re-run changes nothing);
 - rollout8_arrival checks, seals (reading the file once, in its thread pool) and then finds the file current;
-- rollout8_ray_api asks a Ray dashboard that is not there and says so instead of failing.
+- rollout8_ray_api asks a Ray dashboard that is not there and says so instead of failing;
+- rollout8_port_probe listens, is reached on its ports (a pinned one and the kernel's pick) and stops.
 """
 
 from __future__ import annotations
@@ -122,6 +123,13 @@ def test_every_node_module_runs_on_python_3_9(node, tmp_path):
         {"name": "check again", "rollout8_arrival": {"ledger": ledger, "copies": copies, "mode": "check"}},
         {"name": "ray", "rollout8_ray_api": {"url": "http://127.0.0.1:9", "what": "nodes", "timeout": 5}},
         {"name": "python", "rollout8_node_state": {"path": root}},
+        {"name": "listen", "rollout8_port_probe": {"mode": "listen", "ports": [6380], "seconds": 60},
+         "register": "listen"},
+        {"name": "connect", "rollout8_port_probe": {
+            "mode": "connect", "timeout": 2,
+            "peers": {"self": {"address": "127.0.0.1", "ports": ["{{ listen.bound[0] }}", "{{ listen.ephemeral }}"]}}}},
+        {"name": "stop", "rollout8_port_probe": {"mode": "stop", "pid": "{{ listen.pid }}",
+                                                 "started": "{{ listen.started }}"}},
     ], "modules")
     assert proc.returncode == 0, proc.stdout[-4000:]
     found = results(proc)
@@ -132,3 +140,5 @@ def test_every_node_module_runs_on_python_3_9(node, tmp_path):
     assert found["seal"].get("failed") is not True, found["seal"]
     assert found["check again"]["send"] == [] and found["check again"]["current"] == 1, found["check again"]
     assert found["ray"]["reachable"] is False and found["ray"].get("failed") is not True, found["ray"]
+    assert found["listen"]["bound"] == [6380] and found["connect"]["unreachable"] == [], found["connect"]
+    assert found["stop"].get("failed") is not True, found["stop"]
