@@ -6,15 +6,17 @@ it runs on the node's own Python). Three modes, run across the play's hosts one 
   by this run's Ray on a re-run, answers by itself) and one port the kernel picks from its ephemeral range (where
   torch's rendezvous and Gloo's connections land), accepts and closes connections, and exits after `seconds` at
   the latest. Returns `pid`, `started` (its start time, so `stop` never kills a recycled pid), `bound`, `held`
-  and `ephemeral`.
+  and `ephemeral`, and records pid and start time in `state` (a file).
 - `connect`: connects to every peer's address on its ports (`peers`: name -> {address, ports}), in parallel, each
   bounded by `timeout` seconds (a refusal is retried until then: the peer's listener may still be starting).
-  Returns `unreachable`: [{peer, address, port, reason}].
-- `stop`: ends the listener of `pid` if it is still the one that started at `started`.
+  Returns `missing`: [{peer, address, port, reason}] (not `unreachable`: Ansible reads that key as the host's).
+- `stop`: ends the listener recorded in `state`, if it is still the one that started then, and removes the record
+  (a preflight cut short, by a failure or Ctrl-C, leaves one that the next run's stop ends before its port check).
 Reads and listens only; `changed` is always false.
 """
 
 
+import json
 import os
 import select
 import signal
@@ -127,12 +129,35 @@ def connect(peers, timeout):
     return [result for result in results if result is not None]
 
 
-def stop(pid, started):
+def record(state, listener):
+    directory = os.path.dirname(state)
+    if directory and not os.path.isdir(directory):
+        os.makedirs(directory)
+    with open(state, "w") as handle:
+        json.dump({"pid": listener["pid"], "started": listener["started"]}, handle)
+
+
+def stop(state):
+    """End the recorded listener (waiting, bounded, until its ports are free) and remove the record."""
+    try:
+        with open(state) as handle:
+            recorded = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    pid, started = int(recorded.get("pid", 0)), str(recorded.get("started", ""))
+    stopped = False
     if pid > 0 and started and start_time(pid) == started:
         try:
             os.kill(pid, signal.SIGTERM)
+            stopped = True
         except OSError:
             pass
+        for _ in range(50):  # at most 5 s
+            if start_time(pid) != started:
+                break
+            time.sleep(0.1)
+    os.remove(state)
+    return stopped
 
 
 def main():
@@ -142,16 +167,18 @@ def main():
         "seconds": {"type": "int", "default": 120},
         "peers": {"type": "dict", "default": {}},
         "timeout": {"type": "float", "default": 3.0},
-        "pid": {"type": "int", "default": 0},
-        "started": {"type": "str", "default": ""},
+        "state": {"type": "path", "default": "/run/rollout8-port-probe.json"},
     }, supports_check_mode=True)
     params = module.params
     if params["mode"] == "listen":
-        module.exit_json(changed=False, **listen(params["ports"], params["seconds"]))
+        stop(params["state"])  # one listener per node at a time
+        listener = listen(params["ports"], params["seconds"])
+        if listener["pid"]:
+            record(params["state"], listener)
+        module.exit_json(changed=False, **listener)
     if params["mode"] == "connect":
-        module.exit_json(changed=False, unreachable=connect(params["peers"], params["timeout"]))
-    stop(params["pid"], params["started"])
-    module.exit_json(changed=False)
+        module.exit_json(changed=False, missing=connect(params["peers"], params["timeout"]))
+    module.exit_json(changed=False, stopped=stop(params["state"]))
 
 
 if __name__ == "__main__":

@@ -54,17 +54,21 @@ def test_the_listener_binds_what_is_free_serves_after_the_module_returned_and_st
     taken = held.getsockname()[1]
     free = free_port()
     try:
-        listener = run(tmp_path, mode="listen", ports=[free, taken], seconds=60)
+        state = str(tmp_path / "probe.json")
+        listener = run(tmp_path, mode="listen", ports=[free, taken], seconds=60, state=state)
         assert listener["bound"] == [free] and listener["held"] == [taken], listener
         assert listener["pid"] > 0 and listener["ephemeral"] > 0, listener
         peers = {"self": {"address": "127.0.0.1", "ports": [free, taken, listener["ephemeral"]]}}
-        assert run(tmp_path, mode="connect", peers=peers, timeout=2)["unreachable"] == []
-        # a stale pid (another start time) is never killed
-        run(tmp_path, mode="stop", pid=listener["pid"], started="1")
-        assert answers(free)
-        run(tmp_path, mode="stop", pid=listener["pid"], started=listener["started"])
+        assert run(tmp_path, mode="connect", peers=peers, timeout=2)["missing"] == []
+        # a recorded pid that now belongs to another process (another start time) is never killed
+        Path(state).write_text(json.dumps({"pid": listener["pid"], "started": "1"}))
+        assert run(tmp_path, mode="stop", state=state)["stopped"] is False and answers(free)
+        assert not Path(state).exists()
+        Path(state).write_text(json.dumps({"pid": listener["pid"], "started": listener["started"]}))
+        assert run(tmp_path, mode="stop", state=state)["stopped"] is True
         assert gone(free, 10)
-        missing = run(tmp_path, mode="connect", peers=peers, timeout=1)["unreachable"]
+        assert run(tmp_path, mode="stop", state=state)["stopped"] is False  # nothing recorded: nothing to do
+        missing = run(tmp_path, mode="connect", peers=peers, timeout=1)["missing"]
         assert {(m["peer"], m["port"], m["reason"]) for m in missing} == {
             ("self", free, "refused"), ("self", listener["ephemeral"], "refused")}, missing
     finally:
@@ -73,10 +77,21 @@ def test_the_listener_binds_what_is_free_serves_after_the_module_returned_and_st
 
 def test_the_listener_ends_by_itself_at_its_deadline(tmp_path):
     port = free_port()
-    listener = run(tmp_path, mode="listen", ports=[port], seconds=1)
+    listener = run(tmp_path, mode="listen", ports=[port], seconds=1, state=str(tmp_path / "probe.json"))
     assert listener["bound"] == [port]
     assert gone(port, 15), "the listener outlived its deadline"
 
 
+def test_a_new_listener_ends_the_one_an_interrupted_run_left(tmp_path):
+    port, state = free_port(), str(tmp_path / "probe.json")
+    first = run(tmp_path, mode="listen", ports=[port], seconds=60, state=state)
+    second = run(tmp_path, mode="listen", ports=[port], seconds=60, state=state)
+    try:
+        assert first["bound"] == [port] and second["bound"] == [port] and second["held"] == [], second
+    finally:
+        run(tmp_path, mode="stop", state=state)
+    assert gone(port, 10)
+
+
 def test_connect_with_no_peers_is_empty(tmp_path):
-    assert run(tmp_path, mode="connect", peers={})["unreachable"] == []
+    assert run(tmp_path, mode="connect", peers={})["missing"] == []
