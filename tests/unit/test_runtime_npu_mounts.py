@@ -27,11 +27,12 @@ def resolved_mounts(tmp_path: Path, path_dir: Path) -> list[str]:
         "vars": {"rollout8_plan": {"accelerator": "npu", "npus_per_node": 8},
                  "ansible_python_interpreter": sys.executable},
         "tasks": [
-            {"name": "find", "rollout8_hccn": {"npu_smi": "{{ rollout8_npu_smi }}", "hccn_tool": "{{ rollout8_hccn_tool }}",
-                                              "node": "node-a"},
+            {"name": "find", "rollout8_hccn": {"npu_smi": "{{ rollout8_npu_smi }}",
+                                              "hccn_tool": "{{ rollout8_hccn_tool }}", "node": "node-a"},
              "environment": {"PATH": f"{path_dir}:/usr/bin:/bin"}, "register": "rollout8_runtime_npu_tools"},
-            {"name": "show", "ansible.builtin.copy": {"content": "{{ rollout8_container_npu_mounts_resolved | to_json }}",
-                                                       "dest": str(tmp_path / "mounts.json")}},
+            {"name": "show", "ansible.builtin.copy": {
+                "content": "{{ rollout8_container_npu_mounts_resolved | to_json }}",
+                "dest": str(tmp_path / "mounts.json")}},
         ]}]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ANSIBLE / "ansible.cfg"), ANSIBLE_LIBRARY=str(ANSIBLE / "library"),
                PATH=f"{BIN}:{os.environ['PATH']}")
@@ -53,7 +54,8 @@ def test_tools_found_elsewhere_are_mounted_at_the_images_paths_and_the_rest_as_c
     npu_smi = fake_tool(tmp_path / "usr-bin", "npu-smi")  # e.g. openEuler's driver package: /usr/bin/npu-smi
     hccn = fake_tool(tmp_path / "usr-bin", "hccn_tool")
     mounts = resolved_mounts(tmp_path, tmp_path / "usr-bin")
-    defaults = yaml.safe_load((ANSIBLE / "roles/runtime/defaults/main.yml").read_text())["rollout8_container_npu_mounts"]
+    defaults = yaml.safe_load((ANSIBLE / "roles/runtime/defaults/main.yml").read_text())
+    defaults = defaults["rollout8_container_npu_mounts"]
     assert f"{npu_smi}:/usr/local/bin/npu-smi:ro" in mounts
     assert f"{hccn}:/usr/local/Ascend/driver/tools/hccn_tool:ro" in mounts
     assert "/usr/local/bin/npu-smi:/usr/local/bin/npu-smi:ro" not in mounts
