@@ -49,16 +49,26 @@ def bind(port):
 
 
 def serve(sockets, seconds):
-    """Accept and close connections until the deadline (the listener's whole life)."""
+    """Accept connections until the deadline (the listener's whole life), each closed once its peer has closed it:
+    the side that closes first keeps the port in TIME-WAIT, and that must be the peer's ephemeral port, not the Ray
+    port this listener borrows (Ray binds it minutes later)."""
     deadline = time.time() + seconds
+    conns = []
     while time.time() < deadline:
-        ready, _, _ = select.select(sockets, [], [], max(0.0, min(1.0, deadline - time.time())))
+        ready, _, _ = select.select(sockets + conns, [], [], max(0.0, min(1.0, deadline - time.time())))
         for sock in ready:
             try:
-                conn, _ = sock.accept()
-                conn.close()
+                if sock in sockets:
+                    conns.append(sock.accept()[0])
+                elif not sock.recv(64):
+                    conns.remove(sock)
+                    sock.close()
             except OSError:
-                pass
+                if sock in conns:
+                    conns.remove(sock)
+                    sock.close()
+    for conn in conns:
+        conn.close()
 
 
 def listen(ports, seconds):

@@ -92,8 +92,8 @@ FIX = "fix it where it is set (group_vars, host_vars or -e) and run again. Nothi
     (("-e", "rollout8_preflight_min_disk_gb=lots"), 'rollout8_preflight_min_disk_gb="lots" is not a number'),
     (("-e", "rollout8_preflight_skip=disk"), 'rollout8_preflight_skip="disk" is not a list'),
     (("-e", '{"rollout8_preflight_skip": ["dsik"]}'),
-     "value of rollout8_preflight_skip must be one or more of: clock, disk, docker, npu, ports, reach, shared, shm. Got no "
-     "match for: dsik"),
+     "value of rollout8_preflight_skip must be one or more of: clock, disk, docker, npu, ports, reach, shared, shm. "
+     "Got no match for: dsik"),
     (("-e", "rollout8_verify_follow=maybe"), 'rollout8_verify_follow="maybe" is not true or false'),
     (("-e", "rollout8_job_start_timeout_s=0"), "rollout8_job_start_timeout_s=0 is out of range (1 or more)"),
 ], ids=["bool-typo", "choice-typo", "kind-old-name", "runtime", "port-word", "port-range", "disk-gb-word",

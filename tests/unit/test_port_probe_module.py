@@ -65,8 +65,19 @@ def test_the_listener_binds_what_is_free_serves_after_the_module_returned_and_st
         assert run(tmp_path, mode="stop", state=state)["stopped"] is False and answers(free)
         assert not Path(state).exists()
         Path(state).write_text(json.dumps({"pid": listener["pid"], "started": listener["started"]}))
+        # a peer slower to close than the listener is to accept (a remote node): the listener waits for its close,
+        # so the TIME-WAIT lands on the peer's ephemeral port, never on the Ray port the listener borrowed
+        slow = socket.create_connection(("127.0.0.1", free), timeout=2)
+        time.sleep(0.5)
+        slow.close()
+        time.sleep(0.2)
         assert run(tmp_path, mode="stop", state=state)["stopped"] is True
         assert gone(free, 10)
+        rebind = socket.socket()  # as a service binds it next, without SO_REUSEADDR
+        try:
+            rebind.bind(("0.0.0.0", free))
+        finally:
+            rebind.close()
         assert run(tmp_path, mode="stop", state=state)["stopped"] is False  # nothing recorded: nothing to do
         missing = run(tmp_path, mode="connect", peers=peers, timeout=1)["missing"]
         assert {(m["peer"], m["port"], m["reason"]) for m in missing} == {
