@@ -138,7 +138,7 @@ def test_a_port_dropped_between_two_nodes_is_refused_in_preflight_naming_both_an
         assert (f"{src} cannot reach {dst} at {simcluster.address(dst)} on TCP {port} (dropped: a firewall): open "
                 "these ports between the nodes") in out, out[-3000:]
         assert "Nothing was sent" in out
-        assert re.findall(r"(\S+) cannot reach (\S+) at", out) == [(src, dst)], out[-3000:]  # no other pair
+        assert re.findall(r"([\w-]+) cannot reach ([\w-]+) at", out) == [(src, dst)], out[-3000:]  # no other pair
     finally:
         on_node(dst, "nft", "-f", simcluster.FIREWALL_CONF)
     again = demo_play("--tags", "preflight")
@@ -289,6 +289,52 @@ def test_a_node_whose_cluster_address_is_loopback_is_refused_naming_it(demo_job,
     assert all(f"{other}: its cluster address" not in out for other in simcluster.NODES[:2])
     assert "TASK [preflight" not in run.output
     assert all(run.recap()[name]["changed"] == 0 for name in simcluster.NODES), run.recap()
+
+
+def test_the_sockets_bind_the_interface_of_the_cluster_address_and_the_choice_is_printed(demo_job):
+    """The shipped spec names no data NIC: every node says which interface its address came from, and Gloo and
+    TensorPipe in the training container bind that one (not where the hostname resolves)."""
+    for node in simcluster.NODES:
+        env = on_node(node, "docker", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}",
+                      CONTAINER).stdout.split()
+        assert "GLOO_SOCKET_IFNAME=eth0" in env and "TP_SOCKET_IFNAME=eth0" in env, f"{node}: {env}"
+    run = demo_play("--tags", "preflight")
+    assert run.rc == 0, one_line(run.output)[-3000:]
+    out = one_line(run.output)
+    for node in simcluster.NODES:
+        assert (f"{node}: cluster address {simcluster.address(node)} on eth0 (the default route; no data NIC is "
+                "named") in out, out[-3000:]
+
+
+def nic_spec(tmp_path, nic: str):
+    """The shipped demo spec naming cluster.network.nic (its relative paths made absolute)."""
+    spec = yaml.safe_load(simcluster.SHIPPED_SPEC.read_text().replace("../../out/", f"{REPO}/out/"))
+    spec["cluster"]["network"] = {"nic": nic}
+    path = tmp_path / "tiny-cpu-nic.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_a_data_nic_named_twice_differently_is_refused_before_any_node(demo_job, tmp_path):
+    run = simcluster.run_playbook(simcluster.INVENTORY, nic_spec(tmp_path, "eth0"), tmp_path / "work",
+                                  tmp_path / "facts", "-e", "rollout8_cluster_nic=eth1", "--tags", "preflight",
+                                  timeout=600)
+    out = one_line(run.output)
+    assert run.rc != 0, out[-3000:]
+    assert "The data NIC is named twice, differently: cluster.network.nic=eth0 in" in out, out[-3000:]
+    assert all(f"rollout8_cluster_nic=eth1 on {node}" in out for node in simcluster.NODES), out[-3000:]
+    assert "Gathering Facts" not in out and "TASK [preflight" not in out, out[-3000:]
+
+
+def test_a_data_nic_a_node_does_not_have_is_refused_naming_its_interfaces(demo_job, tmp_path):
+    run = simcluster.run_playbook(simcluster.INVENTORY, nic_spec(tmp_path, "eth9"), tmp_path / "work",
+                                  tmp_path / "facts", "--tags", "preflight", timeout=600)
+    out = one_line(run.output)
+    assert run.rc != 0, out[-3000:]
+    for node in simcluster.NODES:
+        assert (f"{node}: the data NIC eth9 (from the run spec's cluster.network.nic) has no IPv4 address here; "
+                "its interfaces:") in out.replace("spec''s", "spec's"), out[-3000:]
+    assert "TASK [preflight" not in out, out[-3000:]
 
 
 def test_a_node_whose_docker_does_not_answer_root_is_refused_in_preflight_naming_it(demo_job):
