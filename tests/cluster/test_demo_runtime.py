@@ -146,6 +146,22 @@ def test_a_port_dropped_between_two_nodes_is_refused_in_preflight_naming_both_an
     assert "TASK [preflight : Every node reaches every other on the job's ports]" in again.output
 
 
+def test_a_node_whose_cluster_interface_has_another_mtu_is_refused_naming_each(demo_job):
+    node = simcluster.NODES[2]
+    original = on_node(node, "cat", "/sys/class/net/eth0/mtu").stdout.strip()
+    on_node(node, "ip", "link", "set", "dev", "eth0", "mtu", "1400")
+    try:
+        run = demo_play("--tags", "preflight")
+        out = one_line(run.output)
+        assert run.rc != 0, out[-3000:]
+        assert "The cluster interfaces' MTUs differ (" in out.replace("interfaces'' MTUs", "interfaces' MTUs"), \
+            out[-3000:]
+        assert f"{node}: eth0 mtu 1400" in out and f"{simcluster.NODES[0]}: eth0 mtu {original}" in out, out[-3000:]
+        assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
+    finally:
+        on_node(node, "ip", "link", "set", "dev", "eth0", "mtu", original)
+
+
 def test_the_stand_in_image_carries_no_cuda_library_a_cpu_never_loads(demo_job):
     """The stand-in stack leaves out what PyPI's CUDA build of torch ships and no CPU process opens (1.2 of its
     8.1 GB, paid once per node that loads it); the demo's job, which ran in these containers, is the proof."""

@@ -4,15 +4,12 @@ README (virtual/sim_nodes.firewall_rules)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import sim_nodes  # virtual/, on pytest's pythonpath
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "virtual"))
-
-import sim_nodes  # noqa: E402
 
 DEFAULTS = yaml.safe_load((REPO / "ansible/roles/rollout8_defaults/defaults/main.yml").read_text())
 SAMPLE = yaml.safe_load((REPO / "ansible/inventory/sample/group_vars/all/network.yml").read_text())
