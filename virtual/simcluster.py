@@ -87,9 +87,8 @@ __all__ = [
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
     "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODE_PRIVILEGE", "NODES",
-    "RECAP", "SHARED_DIR", "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "Run", "FIREWALL_CONF", "access", "address",
-    "daemons_up",
-    "documented_ports", "down", "firewall_rules", "node_volume", "prerequisites", "run_playbook", "up",
+    "RECAP", "SHARED_DIR", "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "FIREWALL_CONF", "Run", "access", "address",
+    "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "prerequisites", "run_playbook", "up",
     "write_inventory",
     # sim_runs
     "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "prepare_run",

@@ -5,8 +5,8 @@ it runs on the node's own Python). Three modes, run across the play's hosts one 
 - `listen`: a small listener, detached from the module, binds each of `ports` that is free (a port already held,
   by this run's Ray on a re-run, answers by itself) and one port the kernel picks from its ephemeral range (where
   torch's rendezvous and Gloo's connections land), accepts and closes connections, and exits after `seconds` at
-  the latest. Returns `pid`, `started` (its start time, so `stop` never kills a recycled pid), `bound`, `held`
-  and `ephemeral`, and records pid and start time in `state` (a file).
+  the latest. Records its pid and start time in `state` (a file; the start time, so `stop` never kills a recycled
+  pid) and returns them with `bound`, `held` and `ephemeral`.
 - `connect`: connects to every peer's address on its ports (`peers`: name -> {address, ports}), in parallel, each
   bounded by `timeout` seconds (a refusal is retried until then: the peer's listener may still be starting).
   Returns `missing`: [{peer, address, port, reason}] (not `unreachable`: Ansible reads that key as the host's).
