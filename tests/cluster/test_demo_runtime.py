@@ -111,6 +111,22 @@ def reaches(src: str, dst: str, port: int) -> bool:
         listener.wait(timeout=30)
 
 
+def test_ray_listens_on_the_pinned_ports_the_readme_rule_opens(demo_job):
+    """The firewall alone cannot show it (Ray's random ports would mostly fall in the ephemeral range it opens):
+    the raylet, object manager and agents listen on the rollout8_ray_*_port defaults on every node, the GCS and
+    client server on the head."""
+    defaults = yaml.safe_load((REPO / "ansible/roles/rollout8_defaults/defaults/main.yml").read_text())
+    per_node = [defaults[f"rollout8_ray_{name}_port"] for name in (
+        "node_manager", "object_manager", "dashboard_agent_grpc", "dashboard_agent_listen", "runtime_env_agent",
+        "metrics_export")]
+    head_only = [defaults["rollout8_ray_port"], defaults["rollout8_ray_client_server_port"]]
+    for node in simcluster.NODES:
+        listening = {int(line.split()[3].rsplit(":", 1)[1])
+                     for line in on_node(node, "ss", "-Htln").stdout.splitlines() if line.strip()}
+        expected = per_node + (head_only if node == simcluster.NODES[0] else [])
+        assert set(expected) <= listening, f"{node}: {sorted(set(expected) - listening)} not listening"
+
+
 def test_the_nodes_drop_what_the_readme_firewall_rule_does_not_open(demo_job):
     """The demo trained behind every node's default-drop firewall made from README.md's rule (so the ports it
     opens are the ones the job needs); a port outside it is dropped between nodes, one inside it is open."""
