@@ -170,7 +170,8 @@ def test_ports_and_nic_names_are_refused_host_by_host(tmp_path):
     rc, out = play(tmp_path, host_vars={"node-a": "rollout8_cluster_nic: eth0 eth1\n",
                                         "node-b": "rollout8_ray_port: 10101\nrollout8_cluster_nic: enp189s0f0np0x12\n",
                                         "node-c": "rollout8_cluster_nic: bond0.100\nrollout8_ray_min_worker_port: 7000"
-                                                  "\nrollout8_ray_max_worker_port: 6999\n"})
+                                                  "\nrollout8_ray_max_worker_port: 6999\n"
+                                                  "rollout8_container_user: deploy\n"})
     assert_refused_before_any_node(
         rc, out, 'node-a: rollout8_cluster_nic="eth0 eth1" is not one interface name (one NIC, as `ip -br link` names '
         'it before any "@": up to 15 letters, digits, ".", "_", "-")',
@@ -178,6 +179,8 @@ def test_ports_and_nic_names_are_refused_host_by_host(tmp_path):
         "rollout8_ray_max_worker_port: move one or the other)",
         "node-c: rollout8_ray_min_worker_port=7000 is above rollout8_ray_max_worker_port=6999",
         'node-b: rollout8_cluster_nic="enp189s0f0np0x12" is not one interface name',  # 16 characters: IFNAMSIZ
+        'node-c: rollout8_container_user="deploy" is not uid:gid (two numbers, as `id -u` and `id -g` print them; '
+        "leave it empty for the login user)",
         "rollout8_ray_port differs between hosts (6379 on node-a, node-c; 10101 on node-b; a worker joins the head "
         "at its own value: set one for the cluster, in group_vars)" + CLUSTER_FIX)
     assert "bond0.100" not in out, out[-3000:]
