@@ -6,13 +6,16 @@
 #      container. cgroup v1: each hierarchy is mounted again read-write (the node's containers go under
 #      /rollout8-sim/<node>); v2: the namespace's root is remounted read-write and this script's processes move
 #      to a child, since v2 puts no process in a cgroup that has children;
-#   3. dockerd in the background (log: /var/log/dockerd.log). No bridge and no iptables rules: the training
+#   3. the shared directory as an NFS export with root_squash (virtual/rootsquash.py: the raw export at
+#      /srv/rollout8-export, served at /mnt/rollout8-shared), before dockerd, which bind-mounts it into the
+#      training container; bounded wait for the mount;
+#   4. dockerd in the background (log: /var/log/dockerd.log). No bridge and no iptables rules: the training
 #      container uses the node's network (network_mode: host), as on a real node. /run outlives a restart of the
 #      node's container (a machine's is a tmpfs): the last boot's pid files go first, or dockerd refuses to start
 #      when their pid is taken by another process of this boot;
-#   4. the firewall (/etc/nftables.conf, the README's rule that sim_nodes.firewall wrote), as nftables.service
+#   5. the firewall (/etc/nftables.conf, the README's rule that sim_nodes.firewall wrote), as nftables.service
 #      loads it at boot: a restarted node's network namespace is a new one, without rules;
-#   5. sshd in the foreground.
+#   6. sshd in the foreground.
 set -u
 ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
 mkdir -p /run/sshd
@@ -27,6 +30,12 @@ else
     case $controllers in name=*) controllers=none,$controllers ;; esac
     umount "$dir" && mount -t cgroup -o "$controllers" cgroup "$dir" || echo "node-init: $dir stays read-only" >&2
   done
+fi
+if [ -d /srv/rollout8-export ]; then
+  mkdir -p /mnt/rollout8-shared
+  /usr/local/sbin/rollout8-rootsquash /srv/rollout8-export /mnt/rollout8-shared >/var/log/rootsquash.log 2>&1 &
+  for _ in $(seq 50); do mountpoint -q /mnt/rollout8-shared && break; sleep 0.2; done
+  mountpoint -q /mnt/rollout8-shared || echo "node-init: /mnt/rollout8-shared is not mounted (/var/log/rootsquash.log)" >&2
 fi
 rm -f /run/docker.pid /run/docker/containerd/containerd.pid
 dockerd --data-root /var/lib/docker --bridge none --iptables=false --cgroup-parent "/rollout8-sim/$(hostname)" \

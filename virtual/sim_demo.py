@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sim_images import BUILDER, REPO, free_gb, sh, train_image, train_tarball
-from sim_nodes import INVENTORY, NODES, SHARED_HOST, prerequisites, run_playbook, up
+from sim_nodes import INVENTORY, NODES, SHARED_HOST, own_export, prerequisites, run_playbook, up
 from sim_runs import bf16_twin, demo_spec
 
 DEMO_WORK = REPO / ".cache" / "cluster" / "demo"
@@ -41,6 +41,7 @@ def image_args() -> tuple[str, ...]:
         return ("-e", f"rollout8_image={image}", "-e", f"rollout8_image_id={image_id}")
     drop_superseded(image)
     tarball = train_tarball(image, IMAGE_DIR)
+    own_export()  # saved as this machine's root: the login user's, as a user's `make image-save` leaves it
     throttle = load_throttle(tarball, sum(node_id != image_id for node_id in have))
     return ("-e", f"rollout8_image={image}", "-e", f"rollout8_image_tarball={tarball}",
             "-e", f"rollout8_image_load_throttle={throttle}")

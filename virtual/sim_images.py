@@ -78,9 +78,10 @@ def stack_image(house: Path) -> str:
     return image
 
 
-# What the node image is made of, each keying it: the node's boot script (virtual/node-init.sh); the commands
-# below (NODE_DAEMON, NODE_ACCESS) key it through its seed.
-NODE_LAYER = ("virtual/node-init.sh",)
+# What the node image is made of, each keying it: the node's boot script (virtual/node-init.sh) and its shared
+# directory's root squash (virtual/rootsquash.py); the commands below (NODE_DAEMON, NODE_ACCESS) key it through its
+# seed.
+NODE_LAYER = ("virtual/node-init.sh", "virtual/rootsquash.py")
 
 
 # The engine that builds the stack, the stand-in and the training image (`make image` needs BuildKit's Dockerfile
@@ -109,7 +110,8 @@ def node_image() -> str:
         return image
     print(f">> node image {image}: sshd, a login user with sudo and Docker on {BASE_IMAGE}", file=sys.stderr)
     script = (f"set -e; {NODE_DAEMON}; {NODE_ACCESS}; "
-              "install -m 0755 /repo/virtual/node-init.sh /usr/local/sbin/rollout8-node-init")
+              "install -m 0755 /repo/virtual/node-init.sh /usr/local/sbin/rollout8-node-init; "
+              "install -m 0755 /repo/virtual/rootsquash.py /usr/local/sbin/rollout8-rootsquash")
     # the network for Debian's mirror (the Docker packages)
     _commit(image, BASE_IMAGE, script, f"{REPO}:/repo:ro", network="bridge")
     return image
@@ -118,14 +120,17 @@ def node_image() -> str:
 # How the nodes are reached, as Atlas clusters are usually set up: sshd, and a non-root login user with passwordless
 # sudo (Ansible logs in as NODE_USER and becomes root). The host keys are made when a node first starts (the base
 # image's, made by debootstrap, would be one key for every node); the login key is the cluster's (sim_nodes.up).
+# Its uid is the same on every node, as a cluster's directory service gives it, and owns the shared export.
 NODE_USER = "deploy"
-NODE_ACCESS = (f"useradd --create-home --shell /bin/bash {NODE_USER}; "
+NODE_UID = 1000
+NODE_ACCESS = (f"useradd --uid {NODE_UID} --user-group --create-home --shell /bin/bash {NODE_USER}; "
                f"echo '{NODE_USER} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/{NODE_USER}; "
                f"chmod 0440 /etc/sudoers.d/{NODE_USER}; rm -f /etc/ssh/ssh_host_*")
 # Each node runs its own Docker daemon, as an Atlas node does (Debian's docker.io; python3-requests for the
-# community.docker modules, which run with the node's Python), behind a firewall (nftables; sim_nodes.firewall).
+# community.docker modules, which run with the node's Python), behind a firewall (nftables; sim_nodes.firewall),
+# its shared directory root-squashed (python3-fusepy for virtual/rootsquash.py).
 NODE_DAEMON = ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
-               "docker.io tini python3-requests nftables >/dev/null && rm -rf /var/lib/apt/lists/*")
+               "docker.io tini python3-requests nftables python3-fusepy >/dev/null && rm -rf /var/lib/apt/lists/*")
 # The node's main process (virtual/node-init.sh): host keys on first start, the node's dockerd in the background,
 # sshd in the foreground (its sessions start the training containers).
 NODE_COMMAND = ("/usr/local/sbin/rollout8-node-init",)

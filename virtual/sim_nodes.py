@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim_images import NODE_COMMAND, NODE_USER, REPO, _prune_superseded, docker_ok, node_image, sh, wheelhouse
+from sim_images import NODE_COMMAND, NODE_UID, NODE_USER, REPO, _prune_superseded, docker_ok, node_image, sh, wheelhouse
 
 NETWORK = "rollout8-sim"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
@@ -83,9 +83,13 @@ def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, *args: st
 
 
 # The simulated shared filesystem (an NFS mount on a real cluster): one host directory every node mounts at the
-# same path, for cluster.shared_dir (verl's checkpoints, resumed after a node failure).
+# same path, for cluster.shared_dir (verl's checkpoints, resumed after a node failure). As NFS exports are by
+# default, it squashes root: each node gets the raw directory at SHARED_EXPORT and serves it at SHARED_DIR through
+# virtual/rootsquash.py (node-init.sh), so root on a node writes as nobody; the export belongs to the login user's
+# uid (NODE_UID, the same on every node), whom the training container runs as by default.
 SHARED_HOST = REPO / ".cache" / "cluster" / "shared"
 SHARED_DIR = "/mnt/rollout8-shared"
+SHARED_EXPORT = "/srv/rollout8-export"
 # A second shared export, for models and data (on a real cluster often an NFS export of its own, beside the one
 # holding checkpoints), mounted at the same path on every node and on this machine (the controller, as a login node
 # mounts it): a run spec with deploy.shared_storage names its artifacts there, outside cluster.shared_dir, and only
@@ -95,7 +99,8 @@ SHARED_MODELS = REPO / ".cache" / "cluster" / "models"
 # disk is. It outlives the container (a re-run of `make demo` finds the training image loaded); `down` removes it.
 # The daemon needs what --privileged gives, less CAP_SYS_RESOURCE: a sandbox whose Docker lacks a capability
 # refuses --privileged outright ("unable to apply caps"), seen on the machines this project runs on.
-NODE_PRIVILEGE = ("--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
+NODE_PRIVILEGE = ("--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--device", "/dev/fuse",
+                  "--security-opt", "seccomp=unconfined",
                   "--security-opt", "apparmor=unconfined", "--security-opt", "systempaths=unconfined")
 
 
@@ -124,10 +129,11 @@ def up() -> str:
     image = node_image()
     for shared in (SHARED_HOST, SHARED_MODELS):
         shared.mkdir(parents=True, exist_ok=True)
+    own_export()
     if not docker_ok("network", "inspect", NETWORK):
         sh("docker", "network", "create", "--label", LABEL, NETWORK, capture=True)
     for name in NODES:
-        mounts = sorted([f"{SHARED_HOST}:{SHARED_DIR}", f"{SHARED_MODELS}:{SHARED_MODELS}",
+        mounts = sorted([f"{SHARED_HOST}:{SHARED_EXPORT}", f"{SHARED_MODELS}:{SHARED_MODELS}",
                          f"{node_volume(name)}:/var/lib/docker"])
         state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}"
                    "{{if .Name}}{{.Name}}{{else}}{{.Source}}{{end}}:{{.Destination}} {{end}}", name,
@@ -148,6 +154,16 @@ def up() -> str:
     print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)}, ssh as "
           f"{NODE_USER})", file=sys.stderr)
     return image
+
+
+def own_export() -> None:
+    """The shared export belongs to the login user's uid, as a file server's admin sets it up for the cluster's
+    users: everything in it, so what an earlier version wrote as root (checkpoints, the image tarball this machine
+    saved there) stays usable, mode 0755 (root on a node, squashed to nobody, cannot write there)."""
+    SHARED_HOST.chmod(0o755)
+    for path in [SHARED_HOST, *SHARED_HOST.rglob("*")]:
+        if not path.is_symlink() and (path.stat().st_uid, path.stat().st_gid) != (NODE_UID, NODE_UID):
+            os.chown(path, NODE_UID, NODE_UID)
 
 
 def access() -> Path:

@@ -30,6 +30,7 @@ from sim_images import (
     NODE_ACCESS,
     NODE_COMMAND,
     NODE_LAYER,
+    NODE_UID,
     NODE_USER,
     REPO,
     STANDIN_LAYER,
@@ -61,6 +62,7 @@ from sim_nodes import (
     NODES,
     RECAP,
     SHARED_DIR,
+    SHARED_EXPORT,
     SHARED_HOST,
     SHARED_MODELS,
     SSH_DIR,
@@ -72,6 +74,7 @@ from sim_nodes import (
     down,
     firewall_rules,
     node_volume,
+    own_export,
     prerequisites,
     run_playbook,
     up,
@@ -82,14 +85,14 @@ from sim_runs import MODEL_PRESET, SHIPPED_SPEC, bf16_twin, demo_spec, prepare_r
 __all__ = [
     # sim_images
     "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "CPU_UNUSED_CUDA", "IMAGE_DISK_GB", "NODE_ACCESS",
-    "NODE_COMMAND", "NODE_LAYER", "NODE_USER", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
+    "NODE_COMMAND", "NODE_LAYER", "NODE_UID", "NODE_USER", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
     "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
     "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODE_PRIVILEGE", "NODES",
-    "RECAP", "SHARED_DIR", "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "FIREWALL_CONF", "Run", "access", "address",
-    "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "prerequisites", "run_playbook", "up",
-    "write_inventory",
+    "RECAP", "SHARED_DIR", "SHARED_EXPORT", "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "FIREWALL_CONF", "Run",
+    "access", "address", "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export",
+    "prerequisites", "run_playbook", "up", "write_inventory",
     # sim_runs
     "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "prepare_run",
     # sim_demo

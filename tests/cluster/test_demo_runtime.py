@@ -199,6 +199,66 @@ def test_the_checkpoint_is_on_the_shared_storage(demo_job):
     assert any(p.is_file() and p.stat().st_size > 0 for p in steps[-1].rglob("*")), f"{steps[-1]} holds no file"
 
 
+def test_the_shared_directory_squashes_root_on_every_node(demo_job):
+    """The simulated export is as an NFS server keeps it by default (root_squash): root on a node cannot write
+    there, the login user can, and what it writes is its own. Without that the demo would prove nothing about a
+    container that runs as root."""
+    for node in simcluster.NODES:
+        denied = on_node(node, "touch", f"{simcluster.SHARED_DIR}/.root-was-here", check=False)
+        assert denied.returncode != 0 and "Permission denied" in denied.stderr, (node, denied.stderr)
+        probe = f"{simcluster.SHARED_DIR}/.squash-{node}"
+        mine = on_node(node, "su", simcluster.NODE_USER, "-c", f"touch {probe} && stat -c %u:%g {probe} && rm {probe}")
+        assert mine.stdout.split() == [f"{simcluster.NODE_UID}:{simcluster.NODE_UID}"], (node, mine.stdout)
+
+
+PROCESS_OWNERS = """
+import json, os
+owners = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        owners[open(f"/proc/{pid}/comm").read().strip()] = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        pass  # ended meanwhile
+print(json.dumps(owners))
+"""
+
+
+def test_the_training_containers_run_as_the_login_user_and_their_checkpoint_is_its(demo_job):
+    """rollout8_container_user empty: the training container, Ray and verl run as the login user's uid:gid on every
+    node (the image has no account for it: HOME and USER are given), and the checkpoint the job wrote on the
+    squashed shared directory belongs to that uid."""
+    ids = f"{simcluster.NODE_UID}:{simcluster.NODE_UID}"
+    for node in simcluster.NODES:
+        user = on_node(node, "docker", "inspect", "-f", "{{.Config.User}}", CONTAINER).stdout.strip()
+        assert user == ids, (node, user)
+        # the uid of every process in the container (Ray's raylet among them), read from /proc
+        owners = json.loads(on_node(node, "docker", "exec", CONTAINER, "python3", "-c", PROCESS_OWNERS).stdout)
+        assert "raylet" in owners and set(owners.values()) == {simcluster.NODE_UID}, (node, owners)
+        env = on_node(node, "docker", "exec", CONTAINER, "sh", "-c", "echo $HOME $USER; id -u").stdout.split()
+        assert env[2] == str(simcluster.NODE_UID) and env[1] == "rollout8" and env[0].endswith("/home"), (node, env)
+    # the newest checkpoint, written by this demo's job
+    latest = max((simcluster.SHARED_HOST / "tiny-cpu").glob("*/checkpoints/latest_checkpointed_iteration.txt"),
+                 key=lambda p: p.stat().st_mtime)
+    step = latest.parent / f"global_step_{latest.read_text().strip()}"
+    owners = {(p.stat().st_uid, p.stat().st_gid) for p in [latest, step, *step.rglob("*")]}
+    assert owners == {(simcluster.NODE_UID, simcluster.NODE_UID)}, (step, owners)
+
+
+def test_a_container_user_the_shared_directory_refuses_is_refused_in_preflight_naming_every_node(demo_job):
+    """rollout8_container_user 4242:4242 cannot write the export (the login user's, 0755): preflight names the
+    uid, the directory and each node in one line each, before anything changes; root (0:0) is refused the same
+    way, as an NFS server squashes it."""
+    for ids in ("4242:4242", "0:0"):
+        run = demo_play("--tags", "preflight", "-e", f"rollout8_container_user={ids}")
+        out = one_line(run.output)
+        assert run.rc != 0, out[-3000:]
+        for node in simcluster.NODES:
+            assert (f"{node}: uid:gid {ids} (the training container''s user, rollout8_container_user) cannot write "
+                    f"{simcluster.SHARED_DIR} (cluster.shared_dir)") in out, out[-3000:]
+        assert "Permission denied" in out and "Nothing was changed" in out, out[-3000:]
+        assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
+
+
 def test_a_node_that_has_the_image_is_sent_nothing(demo_job):
     """The image play again, with the tarball: every node has the image's id, so nothing is sent or loaded."""
     image = simcluster.train_image()
