@@ -46,8 +46,12 @@ def _image(work: Path, size: int) -> Path:
     return tarball
 
 
+# the bytes a node received on its management interface (the default route's), where the controller's link is
+RX_BYTES = "cat /sys/class/net/$(ip -o route show default | awk '{print $5; exit}')/statistics/rx_bytes"
+
+
 def _received(nodes: tuple[str, ...]) -> int:
-    return sum(int(subprocess.run(["docker", "exec", n, "cat", "/sys/class/net/eth0/statistics/rx_bytes"],
+    return sum(int(subprocess.run(["docker", "exec", n, "sh", "-c", RX_BYTES],
                                   capture_output=True, text=True, check=True).stdout) for n in nodes)
 
 

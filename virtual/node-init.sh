@@ -6,16 +6,20 @@
 #      container. cgroup v1: each hierarchy is mounted again read-write (the node's containers go under
 #      /rollout8-sim/<node>); v2: the namespace's root is remounted read-write and this script's processes move
 #      to a child, since v2 puts no process in a cgroup that has children;
-#   3. the shared directory as an NFS export with root_squash (virtual/rootsquash.py: the raw export at
+#   3. the network as an Atlas node's: the interface without the default route (the data network, sim_nodes.py)
+#      named ROLLOUT8_SIM_DATA_NIC, as a real node's data NIC has a fixed name (Docker numbers its interfaces in
+#      no fixed order across restarts); with ROLLOUT8_SIM_HOSTNAME_LOOPBACK=1, the hostname resolves to 127.0.1.1
+#      as Debian's and Ubuntu's installers write /etc/hosts (rewritten in place: Docker bind-mounts the file);
+#   4. the shared directory as an NFS export with root_squash (virtual/rootsquash.py: the raw export at
 #      /srv/rollout8-export, served at /mnt/rollout8-shared), before dockerd, which bind-mounts it into the
 #      training container; bounded wait for the mount;
-#   4. dockerd in the background (log: /var/log/dockerd.log). No bridge and no iptables rules: the training
+#   5. dockerd in the background (log: /var/log/dockerd.log). No bridge and no iptables rules: the training
 #      container uses the node's network (network_mode: host), as on a real node. /run outlives a restart of the
 #      node's container (a machine's is a tmpfs): the last boot's pid files go first, or dockerd refuses to start
 #      when their pid is taken by another process of this boot;
-#   5. the firewall (/etc/nftables.conf, the README's rule that sim_nodes.firewall wrote), as nftables.service
+#   6. the firewall (/etc/nftables.conf, the README's rule that sim_nodes.firewall wrote), as nftables.service
 #      loads it at boot: a restarted node's network namespace is a new one, without rules;
-#   6. sshd in the foreground.
+#   7. sshd in the foreground.
 set -u
 ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
 mkdir -p /run/sshd
@@ -30,6 +34,19 @@ else
     case $controllers in name=*) controllers=none,$controllers ;; esac
     umount "$dir" && mount -t cgroup -o "$controllers" cgroup "$dir" || echo "node-init: $dir stays read-only" >&2
   done
+fi
+if [ -n "${ROLLOUT8_SIM_DATA_NIC:-}" ]; then
+  default_if=$(ip -o route show default | awk '{print $5; exit}')
+  for nic in $(ls /sys/class/net); do
+    case $nic in lo|"$default_if"|"$ROLLOUT8_SIM_DATA_NIC") ;;
+      *) ip link set dev "$nic" down && ip link set dev "$nic" name "$ROLLOUT8_SIM_DATA_NIC" &&
+           ip link set dev "$ROLLOUT8_SIM_DATA_NIC" up || echo "node-init: $nic not renamed" >&2 ;;
+    esac
+  done
+fi
+if [ "${ROLLOUT8_SIM_HOSTNAME_LOOPBACK:-}" = 1 ]; then
+  { echo "127.0.1.1 $(hostname)"; grep -v "[[:space:]]$(hostname)\$" /etc/hosts; } >/tmp/hosts.node-init &&
+    cat /tmp/hosts.node-init >/etc/hosts
 fi
 if [ -d /srv/rollout8-export ]; then
   mkdir -p /mnt/rollout8-shared

@@ -1,6 +1,6 @@
-"""The simulated cluster's nodes: three containers on one user-defined Docker network, and Ansible against them.
+"""The simulated cluster's nodes: three containers on two Docker networks, and Ansible against them.
 
-What this module owns: the node containers (rollout8-sim-head, -w1, -w2) of the node image and their network,
+What this module owns: the node containers (rollout8-sim-head, -w1, -w2) of the node image and their networks,
 made idempotently by `up` and removed by `down`; how Ansible reaches them (ssh as the non-root login user with
 passwordless sudo, a key the cluster makes, the inventory `up` writes); the simulated shared filesystem (one host
 directory every node mounts at the same path); the inventories (the one `up` writes, virtual/inventory-docker);
@@ -22,7 +22,15 @@ from pathlib import Path
 
 from sim_images import NODE_COMMAND, NODE_UID, NODE_USER, REPO, _prune_superseded, docker_ok, node_image, sh, wheelhouse
 
+# Two networks per node, as an Atlas node has a management NIC and a data (RoCE) NIC: the management network holds
+# the default route and the controller's ssh; the data network (internal: no gateway, no route out) is the one the
+# cluster must use, and the only one whose job ports the firewall opens. node-init.sh names the data interface
+# DATA_NIC (Docker numbers the interfaces in no fixed order across restarts), as a real node's name is fixed.
 NETWORK = "rollout8-sim"
+DATA_NETWORK = "rollout8-sim-data"
+DATA_NIC = "data0"
+# The node whose hostname resolves to 127.0.1.1, as Debian's and Ubuntu's installers write /etc/hosts.
+LOOPBACK_HOSTNAME_NODE = "rollout8-sim-w2"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 LABEL = "rollout8.sim=1"
 HERE = REPO / "virtual"
@@ -130,23 +138,31 @@ def up() -> str:
     for shared in (SHARED_HOST, SHARED_MODELS):
         shared.mkdir(parents=True, exist_ok=True)
     own_export()
-    if not docker_ok("network", "inspect", NETWORK):
-        sh("docker", "network", "create", "--label", LABEL, NETWORK, capture=True)
+    for network, internal in ((NETWORK, False), (DATA_NETWORK, True)):
+        if not docker_ok("network", "inspect", network):
+            sh("docker", "network", "create", "--label", LABEL, *(["--internal"] if internal else []), network,
+               capture=True)
     for name in NODES:
         mounts = sorted([f"{SHARED_HOST}:{SHARED_EXPORT}", f"{SHARED_MODELS}:{SHARED_MODELS}",
                          f"{node_volume(name)}:/var/lib/docker"])
+        want = sorted(mounts + [f"net:{NETWORK}", f"net:{DATA_NETWORK}"])
         state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}"
-                   "{{if .Name}}{{.Name}}{{else}}{{.Source}}{{end}}:{{.Destination}} {{end}}", name,
+                   "{{if .Name}}{{.Name}}{{else}}{{.Source}}{{end}}:{{.Destination}} {{end}}"
+                   "{{range $net, $_ := .NetworkSettings.Networks}}net:{{$net}} {{end}}", name,
                    check=False, capture=True)
         fields = state.stdout.split()
-        if state.returncode == 0 and fields[1] == image and sorted(fields[2:]) == mounts:
+        if state.returncode == 0 and fields[1] == image and sorted(fields[2:]) == want:
             if fields[0] != "true":
                 sh("docker", "start", name, capture=True)
             continue
         sh("docker", "rm", "-f", name, check=False, capture=True)
-        sh("docker", "run", "-d", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
+        # created on the management network (the default route), the data network connected before it boots
+        loopback = ["-e", "ROLLOUT8_SIM_HOSTNAME_LOOPBACK=1"] if name == LOOPBACK_HOSTNAME_NODE else []
+        sh("docker", "create", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
            "--init", "--shm-size", "512m", *NODE_PRIVILEGE, *(arg for m in mounts for arg in ("-v", m)),
-           image, *NODE_COMMAND, capture=True)
+           "-e", f"ROLLOUT8_SIM_DATA_NIC={DATA_NIC}", *loopback, image, *NODE_COMMAND, capture=True)
+        sh("docker", "network", "connect", DATA_NETWORK, name, capture=True)
+        sh("docker", "start", name, capture=True)
     _prune_superseded(image)  # an older node image, in use until its containers were replaced just now
     daemons_up()
     firewall()
@@ -215,8 +231,9 @@ def firewall_rules(subnet: str, ports: list[str]) -> str:
 
 
 def firewall() -> None:
-    """Every node's firewall set to the documented rule (written where the node loads it at boot, and loaded)."""
-    subnet = sh("docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Subnet}}", NETWORK,
+    """Every node's firewall set to the documented rule, the job's ports open from the data network only (written
+    where the node loads it at boot, and loaded)."""
+    subnet = sh("docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Subnet}}", DATA_NETWORK,
                 capture=True).stdout.strip()
     rules = firewall_rules(subnet, documented_ports())
     for name in NODES:
@@ -241,13 +258,19 @@ def daemons_up(attempts: int = 120) -> None:
                              f"{(log.stdout + log.stderr).strip()[-400:]}")
 
 
-def address(name: str) -> str:
-    """The node's address on the cluster network (the controller reaches it there, as a real node's)."""
-    out = sh("docker", "inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{NETWORK}").IPAddress}}}}', name,
+def address(name: str, network: str = NETWORK) -> str:
+    """The node's address on the management network (the controller reaches it there by ssh, as a real node's), or
+    on another of its networks."""
+    out = sh("docker", "inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{network}").IPAddress}}}}', name,
              capture=True).stdout.strip()
     if not out:
-        raise SystemExit(f"{name} has no address on the {NETWORK} network: `make demo-down`, then again")
+        raise SystemExit(f"{name} has no address on the {network} network: `make demo-down`, then again")
     return out
+
+
+def data_address(name: str) -> str:
+    """The node's address on the data network: its cluster address (Ray, Gloo, the job's ports)."""
+    return address(name, DATA_NETWORK)
 
 
 def login_key() -> Path:
@@ -307,10 +330,11 @@ def write_inventory(directory: Path, addresses: dict[str, str], key: Path) -> Pa
 
 def down(keep_images: bool = False) -> None:
     """Remove the node containers, their volumes (each node's Docker data: the images it loaded, unless
-    keep_images) and the network (images, wheelhouse and the shared directory stay)."""
+    keep_images) and the networks (images, wheelhouse and the shared directory stay)."""
     for name in NODES:
         sh("docker", "rm", "-f", name, check=False, capture=True)
         if not keep_images:
             sh("docker", "volume", "rm", node_volume(name), check=False, capture=True)
-    sh("docker", "network", "rm", NETWORK, check=False, capture=True)
+    for network in (NETWORK, DATA_NETWORK):
+        sh("docker", "network", "rm", network, check=False, capture=True)
     print(">> simulated cluster removed", file=sys.stderr)

@@ -51,12 +51,15 @@ from sim_images import (
 )
 from sim_nodes import (
     ANSIBLE_DIR,
+    DATA_NETWORK,
+    DATA_NIC,
     DOCKER_INVENTORY,
     FIREWALL_CONF,
     GROUP_VARS,
     HERE,
     INVENTORY,
     LABEL,
+    LOOPBACK_HOSTNAME_NODE,
     NETWORK,
     NODE_PRIVILEGE,
     NODES,
@@ -70,6 +73,7 @@ from sim_nodes import (
     access,
     address,
     daemons_up,
+    data_address,
     documented_ports,
     down,
     firewall_rules,
@@ -89,10 +93,11 @@ __all__ = [
     "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
-    "ANSIBLE_DIR", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL", "NETWORK", "NODE_PRIVILEGE", "NODES",
-    "RECAP", "SHARED_DIR", "SHARED_EXPORT", "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "FIREWALL_CONF", "Run",
-    "access", "address", "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export",
-    "prerequisites", "run_playbook", "up", "write_inventory",
+    "ANSIBLE_DIR", "DATA_NETWORK", "DATA_NIC", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL",
+    "LOOPBACK_HOSTNAME_NODE", "NETWORK", "NODE_PRIVILEGE", "NODES", "RECAP", "SHARED_DIR", "SHARED_EXPORT",
+    "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "FIREWALL_CONF", "Run", "access", "address", "data_address",
+    "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export", "prerequisites",
+    "run_playbook", "up", "write_inventory",
     # sim_runs
     "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "prepare_run",
     # sim_demo

@@ -102,9 +102,8 @@ def reaches(src: str, dst: str, port: int) -> bool:
                                  "print('up', flush=True); s.accept()"], stdout=subprocess.PIPE, text=True)
     try:
         assert listener.stdout.readline().strip() == "up", f"{dst}: no listener on {port}"
-        probe = on_node(src, "python3", "-c",
-                        f"import socket; socket.create_connection(('{simcluster.address(dst)}', {port}), timeout=3)",
-                        check=False)
+        connect = f"import socket; socket.create_connection(('{simcluster.data_address(dst)}', {port}), timeout=3)"
+        probe = on_node(src, "python3", "-c", connect, check=False)
         return probe.returncode == 0
     finally:
         listener.kill()
@@ -144,15 +143,15 @@ def test_a_port_dropped_between_two_nodes_is_refused_in_preflight_naming_both_an
     check names the pair, the address and the port in one line, and nothing is sent; the rule back, it passes."""
     src, dst = simcluster.NODES[2], simcluster.NODES[1]
     port = 6381  # rollout8_ray_object_manager_port
-    on_node(dst, "nft", "insert", "rule", "inet", "filter", "input", "ip", "saddr", simcluster.address(src), "tcp",
+    on_node(dst, "nft", "insert", "rule", "inet", "filter", "input", "ip", "saddr", simcluster.data_address(src), "tcp",
             "dport", str(port), "drop")
     try:
         run = demo_play("--tags", "preflight")
         out = one_line(run.output)
         assert run.rc != 0, out[-3000:]
         # (the yaml callback doubles the quote of nodes')
-        assert (f"{src} cannot reach {dst} at {simcluster.address(dst)} on TCP {port} (dropped: a firewall): open "
-                "these ports between the nodes") in out, out[-3000:]
+        assert (f"{src} cannot reach {dst} at {simcluster.data_address(dst)} on TCP {port} (dropped: a firewall): "
+                "open these ports between the nodes") in out, out[-3000:]
         assert "Nothing was sent" in out
         assert re.findall(r"([\w-]+) cannot reach ([\w-]+) at", out) == [(src, dst)], out[-3000:]  # no other pair
     finally:
@@ -164,18 +163,20 @@ def test_a_port_dropped_between_two_nodes_is_refused_in_preflight_naming_both_an
 
 def test_a_node_whose_cluster_interface_has_another_mtu_is_refused_naming_each(demo_job):
     node = simcluster.NODES[2]
-    original = on_node(node, "cat", "/sys/class/net/eth0/mtu").stdout.strip()
-    on_node(node, "ip", "link", "set", "dev", "eth0", "mtu", "1400")
+    nic = simcluster.DATA_NIC
+    original = on_node(node, "cat", f"/sys/class/net/{nic}/mtu").stdout.strip()
+    on_node(node, "ip", "link", "set", "dev", nic, "mtu", "1400")
     try:
         run = demo_play("--tags", "preflight")
         out = one_line(run.output)
         assert run.rc != 0, out[-3000:]
         assert "The cluster interfaces' MTUs differ (" in out.replace("interfaces'' MTUs", "interfaces' MTUs"), \
             out[-3000:]
-        assert f"{node}: eth0 mtu 1400" in out and f"{simcluster.NODES[0]}: eth0 mtu {original}" in out, out[-3000:]
+        assert f"{node}: {nic} mtu 1400" in out and f"{simcluster.NODES[0]}: {nic} mtu {original}" in out, \
+            out[-3000:]
         assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
     finally:
-        on_node(node, "ip", "link", "set", "dev", "eth0", "mtu", original)
+        on_node(node, "ip", "link", "set", "dev", nic, "mtu", original)
 
 
 def test_the_stand_in_image_carries_no_cuda_library_a_cpu_never_loads(demo_job):
@@ -383,19 +384,48 @@ def test_a_node_whose_cluster_address_is_loopback_is_refused_naming_it(demo_job,
     assert all(run.recap()[name]["changed"] == 0 for name in simcluster.NODES), run.recap()
 
 
-def test_the_sockets_bind_the_interface_of_the_cluster_address_and_the_choice_is_printed(demo_job):
-    """The shipped spec names no data NIC: every node says which interface its address came from, and Gloo and
-    TensorPipe in the training container bind that one (not where the hostname resolves)."""
+def default_route_nic(node: str) -> str:
+    return on_node(node, "ip", "-o", "route", "show", "default").stdout.split()[4]
+
+
+def test_the_cluster_runs_on_the_data_nic_the_inventory_names_not_the_default_route(demo_job):
+    """Every node has a management network holding the default route and a data network (data0, named in the
+    simulated inventory's group_vars): Ray's node address and the sockets of Gloo and TensorPipe are on data0."""
     for node in simcluster.NODES:
+        assert default_route_nic(node) != simcluster.DATA_NIC, node
         env = on_node(node, "docker", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}",
                       CONTAINER).stdout.split()
-        assert "GLOO_SOCKET_IFNAME=eth0" in env and "TP_SOCKET_IFNAME=eth0" in env, f"{node}: {env}"
-    run = demo_play("--tags", "preflight")
-    assert run.rc == 0, one_line(run.output)[-3000:]
+        nic = simcluster.DATA_NIC
+        assert f"GLOO_SOCKET_IFNAME={nic}" in env and f"TP_SOCKET_IFNAME={nic}" in env, f"{node}: {env}"
+        raylet = on_node(node, "sh", "-c", "cat /proc/$(pgrep -x raylet | head -1)/cmdline | tr '\\0' '\\n'").stdout
+        assert f"--node_ip_address={simcluster.data_address(node)}" in raylet.split(), f"{node}: {raylet[:600]}"
+
+
+def test_without_a_data_nic_the_default_route_is_printed_and_preflight_finds_it_firewalled(demo_job):
+    """No data NIC named (the inventory's emptied): each node says its address came from the default route, the
+    management network, where the firewall drops the job's ports; preflight's reachability check refuses it before
+    anything is sent."""
+    run = demo_play("--tags", "preflight", "-e", "rollout8_cluster_nic=")
     out = one_line(run.output)
+    assert run.rc != 0, out[-3000:]
     for node in simcluster.NODES:
-        assert (f"{node}: cluster address {simcluster.address(node)} on eth0 (the default route; no data NIC is "
-                "named") in out, out[-3000:]
+        assert (f"{node}: cluster address {simcluster.address(node)} on {default_route_nic(node)} (the default "
+                "route; no data NIC is named") in out, out[-3000:]
+    src, dst = simcluster.NODES[1], simcluster.NODES[0]
+    assert f"{src} cannot reach {dst} at {simcluster.address(dst)} on TCP " in out, out[-3000:]
+    assert "Nothing was sent" in out
+    assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
+
+
+def test_a_node_whose_hostname_resolves_to_loopback_trains_its_rank(demo_job):
+    """rollout8-sim-w2's /etc/hosts maps its hostname to 127.0.1.1, as Debian's installer writes it (so does its
+    training container's, with the host network): its rank joined and ran int8 rollouts all the same."""
+    node = simcluster.LOOPBACK_HOSTNAME_NODE
+    assert on_node(node, "getent", "hosts", node).stdout.split()[0] == "127.0.1.1"
+    assert on_node(node, "docker", "exec", CONTAINER, "getent", "hosts", node).stdout.split()[0] == "127.0.1.1"
+    rc, verdict = sim_demo.verl_verdict(demo_job)
+    assert rc == 0, verdict
+    assert re.search(rf"rank \d+ \(pid \d+ in {node}\): patched: int8 patch active", verdict), verdict
 
 
 def nic_spec(tmp_path, nic: str):
@@ -420,12 +450,14 @@ def test_a_data_nic_named_twice_differently_is_refused_before_any_node(demo_job,
 
 def test_a_data_nic_a_node_does_not_have_is_refused_naming_its_interfaces(demo_job, tmp_path):
     run = simcluster.run_playbook(simcluster.INVENTORY, nic_spec(tmp_path, "eth9"), tmp_path / "work",
-                                  tmp_path / "facts", "--tags", "preflight", timeout=600)
+                                  tmp_path / "facts", "-e", "rollout8_cluster_nic=", "--tags", "preflight",
+                                  timeout=600)
     out = one_line(run.output)
     assert run.rc != 0, out[-3000:]
     for node in simcluster.NODES:
         assert (f"{node}: the data NIC eth9 (from the run spec's cluster.network.nic) has no IPv4 address here; "
-                "its interfaces:") in out.replace("spec''s", "spec's"), out[-3000:]
+                f"its interfaces: ") in out.replace("spec''s", "spec's"), out[-3000:]
+        assert f"{simcluster.DATA_NIC}, " in out, out[-3000:]
     assert "TASK [preflight" not in out, out[-3000:]
 
 
