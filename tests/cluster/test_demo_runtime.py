@@ -576,6 +576,30 @@ def test_cann_environment_reaches_every_process_the_roles_start_in_the_container
         assert re.search(rf"probe-job: {node} \(\S+\) cann +ok   CANN environment loaded", driver), driver[-3000:]
 
 
+def container_env(node: str) -> list[str]:
+    return on_node(node, "docker", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}",
+                   CONTAINER).stdout.split()
+
+
+def test_an_environment_key_removed_from_the_run_spec_is_gone_from_the_new_container(shared_run):
+    """The training container's environment is exactly the run spec's over the image's: a key the spec no longer
+    sets does not linger from the container before (the Docker module's default comparison allows more keys), and
+    a re-run of the unchanged spec leaves the containers alone."""
+    _, spec_path, _, work = shared_run
+    key = "ROLLOUT8_CPU_SYNC_DIAG"
+    assert all(f"{key}=1" in container_env(node) for node in simcluster.NODES)
+    spec = yaml.safe_load(spec_path.read_text())
+    del spec["env"][key]
+    without = work / "without-key.yaml"
+    without.write_text(yaml.safe_dump(spec, sort_keys=False))
+    run = docker_run(without, work, "--tags", "runtime")
+    assert run.rc == 0, one_line(run.output)[-3000:]
+    for node in simcluster.NODES:
+        assert not [e for e in container_env(node) if e.startswith(f"{key}=")], node
+    again = docker_run(without, work, "--tags", "runtime")
+    assert again.rc == 0 and all(again.recap()[node]["changed"] == 0 for node in simcluster.NODES), again.recap()
+
+
 def test_the_npu_acceptance_tag_fails_without_an_npu_and_says_so(shared_run):
     run, spec, _, work = shared_run
     assert run.rc == 0
