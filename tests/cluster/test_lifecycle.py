@@ -118,8 +118,8 @@ def lifecycle(sim_cluster) -> dict:
     failed = sim_cluster.playbook("--tags", "verify", kind="verl", spec=spec, timeout=900)
     text = one_line(failed.output)
     assert failed.rc != 0 and f"job {job} FAILED at step" in text, text[-4000:]
-    worker_ip = sim_cluster.node(WORKER, "hostname", "-i").stdout.split()[0]
-    assert f"Ray is down on {WORKER} ({worker_ip}). Cause: " in text, text[-4000:]
+    # named by its cluster (data network) address, never what its hostname resolves to (127.0.1.1 on this node)
+    assert f"Ray is down on {WORKER} ({simcluster.data_address(WORKER)}). Cause: " in text, text[-4000:]
     assert "Run train.yml again to resubmit (verl resumes from the latest checkpoint)" in text
     trained_before = progress_of(sim_cluster, job)["trained"]
     assert trained_before and max(trained_before) <= killed_at
