@@ -1,11 +1,11 @@
 """The simulated cluster's nodes: three containers on two Docker networks, and Ansible against them.
 
-What this module owns: the node containers (rollout8-sim-head, -w1, -w2) of the node image and their networks,
-made idempotently by `up` and removed by `down`; how Ansible reaches them (ssh as the non-root login user with
-passwordless sudo, a key the cluster makes, the inventory `up` writes); the simulated shared filesystem (one host
-directory every node mounts at the same path); the inventories (the one `up` writes, virtual/inventory-docker);
-and `run_playbook`, ansible-playbook from .venv against them, as `make demo`, the cluster tests and the benchmarks
-run it (`Run`: exit code, output, wall time, PLAY RECAP).
+What this module owns: the node containers (rollout8-sim-head, -w1, -w2) of the node image and their networks, made
+idempotently by `up` and removed by `down`, with the bastion every node is reached through; how Ansible reaches them
+(ssh through the bastion as the non-root login user with passwordless sudo, a key the cluster makes, the inventory
+`up` writes); the simulated shared filesystem (one host directory every node mounts at the same path); the
+inventories (the one `up` writes, virtual/inventory-docker); and `run_playbook`, ansible-playbook from .venv against
+them, as `make demo`, the cluster tests and the benchmarks run it (`Run`: exit code, output, wall time, PLAY RECAP).
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ DATA_NIC = "data0"
 # The node whose hostname resolves to 127.0.1.1, as Debian's and Ubuntu's installers write /etc/hosts.
 LOOPBACK_HOSTNAME_NODE = "rollout8-sim-w2"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
+# Every node is reached through one bastion (ssh ProxyJump), as an Atlas cluster behind its jump host: the nodes'
+# firewall takes ssh from the bastion only, and the bastion's sshd takes few unauthenticated connections at once
+# (MaxStartups start:rate:full, far below sshd's default 10:30:100, which 16+ nodes at once exceed): a connection
+# it drops is carried by ansible.cfg's ssh retries. It is a container of the node image running sshd alone.
+BASTION = "rollout8-sim-bastion"
+BASTION_MAX_STARTUPS = "2:50:4"
+BASTION_COMMAND = ("sh", "-c", "ssh-keygen -A && mkdir -p /run/sshd && "
+                   f"exec /usr/sbin/sshd -D -e -o MaxStartups={BASTION_MAX_STARTUPS}")
 LABEL = "rollout8.sim=1"
 HERE = REPO / "virtual"
 # The inventory `up` writes (the nodes' addresses change with every container): the sample's shape, its group
@@ -163,6 +171,7 @@ def up() -> str:
            "-e", f"ROLLOUT8_SIM_DATA_NIC={DATA_NIC}", *loopback, image, *NODE_COMMAND, capture=True)
         sh("docker", "network", "connect", DATA_NETWORK, name, capture=True)
         sh("docker", "start", name, capture=True)
+    bastion_up(image)
     _prune_superseded(image)  # an older node image, in use until its containers were replaced just now
     daemons_up()
     firewall()
@@ -170,6 +179,17 @@ def up() -> str:
     print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)}, ssh as "
           f"{NODE_USER})", file=sys.stderr)
     return image
+
+
+def bastion_up(image: str) -> None:
+    """The bastion container of the node image on the management network, idempotently (left alone when running
+    that image)."""
+    state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}}", BASTION, check=False, capture=True)
+    if state.returncode == 0 and state.stdout.split() == ["true", image]:
+        return
+    sh("docker", "rm", "-f", BASTION, check=False, capture=True)
+    sh("docker", "run", "-d", "--name", BASTION, "--hostname", BASTION, "--network", NETWORK, "--label", LABEL,
+       "--init", image, *BASTION_COMMAND, capture=True)
 
 
 def own_export() -> None:
@@ -188,10 +208,10 @@ def access() -> Path:
     with their addresses. Returns the inventory."""
     addresses = {name: address(name) for name in NODES}
     key = login_key()
-    for name in NODES:
+    for name in (BASTION, *NODES):
         authorize(name, key.with_suffix(".pub").read_text())
-    known_hosts(addresses)
-    return write_inventory(INVENTORY.parent, addresses, key)
+    known_hosts(addresses, address(BASTION))
+    return write_inventory(INVENTORY.parent, addresses, key, bastion=address(BASTION))
 
 
 # The nodes' firewall, as openEuler's and Kylin's firewalld: input dropped but for ssh and what README.md's
@@ -211,9 +231,9 @@ def documented_ports(readme: Path = REPO / "README.md") -> list[str]:
     return ports
 
 
-def firewall_rules(subnet: str, ports: list[str]) -> str:
-    """An nftables ruleset: input policy drop; loopback, replies, ICMP and ssh accepted; the documented ports
-    from the cluster's subnet only."""
+def firewall_rules(subnet: str, ports: list[str], ssh_from: str | None = None) -> str:
+    """An nftables ruleset: input policy drop; loopback, replies, ICMP and ssh (from ssh_from only, when given: the
+    bastion) accepted; the documented ports from the cluster's subnet only."""
     return "\n".join([
         "#!/usr/sbin/nft -f",
         "# the simulated node's firewall (virtual/sim_nodes.py, from README.md's Firewall block)",
@@ -224,18 +244,18 @@ def firewall_rules(subnet: str, ports: list[str]) -> str:
         "    iif lo accept",
         "    ct state established,related accept",
         "    meta l4proto { icmp, ipv6-icmp } accept",
-        "    tcp dport 22 accept",
+        f"    {f'ip saddr {ssh_from} ' if ssh_from else ''}tcp dport 22 accept",
         f"    ip saddr {subnet} tcp dport {{ {', '.join(ports)} }} accept",
         "  }",
         "}", ""])
 
 
 def firewall() -> None:
-    """Every node's firewall set to the documented rule, the job's ports open from the data network only (written
-    where the node loads it at boot, and loaded)."""
+    """Every node's firewall set to the documented rule, the job's ports open from the data network only, ssh from
+    the bastion only (written where the node loads it at boot, and loaded)."""
     subnet = sh("docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Subnet}}", DATA_NETWORK,
                 capture=True).stdout.strip()
-    rules = firewall_rules(subnet, documented_ports())
+    rules = firewall_rules(subnet, documented_ports(), ssh_from=address(BASTION))
     for name in NODES:
         load = subprocess.run(["docker", "exec", "-i", name, "sh", "-c",
                                f"cat > {FIREWALL_CONF} && nft -f {FIREWALL_CONF}"],
@@ -291,12 +311,15 @@ def authorize(name: str, public_key: str) -> None:
                    input=public_key, text=True, check=True, capture_output=True)
 
 
-def known_hosts(addresses: dict[str, str], attempts: int = 60) -> None:
-    """The nodes' host keys, read once sshd answers (bounded: attempts x 0.5 s), into the cluster's known_hosts."""
+def known_hosts(addresses: dict[str, str], bastion: str, attempts: int = 60) -> None:
+    """The bastion's and the nodes' host keys, read once sshd answers (bounded: attempts x 0.5 s), into the
+    cluster's known_hosts: the bastion's from here, the nodes' from the bastion (the only place they take ssh
+    from), as an operator reads them."""
     lines = []
-    for name, ip in addresses.items():
+    for name, ip in {BASTION: bastion, **addresses}.items():
+        via = () if name == BASTION else ("docker", "exec", BASTION)
         for _ in range(attempts):
-            scan = sh("ssh-keyscan", "-T", "2", "-t", "ed25519", ip, check=False, capture=True)
+            scan = sh(*via, "ssh-keyscan", "-T", "2", "-t", "ed25519", ip, check=False, capture=True)
             if scan.stdout.strip():
                 lines.append(scan.stdout.strip())
                 break
@@ -308,10 +331,20 @@ def known_hosts(addresses: dict[str, str], attempts: int = 60) -> None:
     (SSH_DIR / "known_hosts").write_text("\n".join(lines) + "\n")
 
 
-def write_inventory(directory: Path, addresses: dict[str, str], key: Path) -> Path:
+def write_inventory(directory: Path, addresses: dict[str, str], key: Path, bastion: str | None = None) -> Path:
     """The simulated cluster's inventory, shaped like ansible/inventory/sample (only addresses and user differ):
-    hosts.ini and a copy of virtual/inventory/group_vars in directory."""
+    hosts.ini and a copy of virtual/inventory/group_vars in directory. With a bastion (its address), the nodes are
+    reached through it (ProxyJump to the Host block of an ssh config written beside the key: its address, the login
+    user, key and known hosts; ssh hands -F on to the jump)."""
     head, *workers = addresses
+    known = key.parent / "known_hosts"
+    ssh_args = f"-o UserKnownHostsFile={known}"
+    if bastion:
+        config = key.parent / "config"
+        config.write_text(f"# Written by virtual/sim_nodes.py: the simulated cluster's bastion\nHost {BASTION}\n"
+                          f"  HostName {bastion}\n  User {NODE_USER}\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+                          f"  UserKnownHostsFile {known}\n")
+        ssh_args = f"-F {config} {ssh_args} -o ProxyJump={BASTION}"
     lines = ["# Written by virtual/sim_nodes.py (`make demo`, the cluster tests) for the containers of this machine.",
              "[head]", f"{head} ansible_host={addresses[head]}", "", "[workers]",
              *(f"{w} ansible_host={addresses[w]}" for w in workers), "", "[cluster:children]", "head", "workers", "",
@@ -320,7 +353,7 @@ def write_inventory(directory: Path, addresses: dict[str, str], key: Path) -> Pa
              f"ansible_user={NODE_USER}",
              "ansible_python_interpreter=/usr/bin/python3",
              f"ansible_ssh_private_key_file={key}",
-             f"ansible_ssh_common_args=-o UserKnownHostsFile={key.parent / 'known_hosts'}", ""]
+             f"ansible_ssh_common_args={ssh_args}", ""]
     directory.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(directory / "group_vars", ignore_errors=True)
     shutil.copytree(GROUP_VARS, directory / "group_vars")
@@ -331,6 +364,7 @@ def write_inventory(directory: Path, addresses: dict[str, str], key: Path) -> Pa
 def down(keep_images: bool = False) -> None:
     """Remove the node containers, their volumes (each node's Docker data: the images it loaded, unless
     keep_images) and the networks (images, wheelhouse and the shared directory stay)."""
+    sh("docker", "rm", "-f", BASTION, check=False, capture=True)
     for name in NODES:
         sh("docker", "rm", "-f", name, check=False, capture=True)
         if not keep_images:

@@ -51,6 +51,8 @@ from sim_images import (
 )
 from sim_nodes import (
     ANSIBLE_DIR,
+    BASTION,
+    BASTION_MAX_STARTUPS,
     DATA_NETWORK,
     DATA_NIC,
     DOCKER_INVENTORY,
@@ -93,7 +95,8 @@ __all__ = [
     "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
-    "ANSIBLE_DIR", "DATA_NETWORK", "DATA_NIC", "DOCKER_INVENTORY", "GROUP_VARS", "HERE", "INVENTORY", "LABEL",
+    "ANSIBLE_DIR", "BASTION", "BASTION_MAX_STARTUPS", "DATA_NETWORK", "DATA_NIC", "DOCKER_INVENTORY", "GROUP_VARS",
+    "HERE", "INVENTORY", "LABEL",
     "LOOPBACK_HOSTNAME_NODE", "NETWORK", "NODE_PRIVILEGE", "NODES", "RECAP", "SHARED_DIR", "SHARED_EXPORT",
     "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "FIREWALL_CONF", "Run", "access", "address", "data_address",
     "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export", "prerequisites",

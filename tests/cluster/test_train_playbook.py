@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import subprocess
+import threading
+import time
 
 import pytest
 import simcluster
@@ -51,14 +55,71 @@ def test_ansible_logs_in_over_ssh_as_the_login_user_and_becomes_root(sim_cluster
     assert converged.rc == 0
     inventory = simcluster.INVENTORY.read_text()
     assert "ansible_connection" not in inventory and f"ansible_user={simcluster.NODE_USER}" in inventory
+    bastion = simcluster.address(simcluster.BASTION)
+    assert f"ProxyJump={simcluster.BASTION}" in inventory
     for node in NODES:
         logins = subprocess.run(["docker", "logs", node], capture_output=True, text=True).stderr
-        assert f"Accepted publickey for {simcluster.NODE_USER} from" in logins, logins[-2000:]
+        # through the bastion: the node's sshd sees the bastion's address, and takes ssh from nowhere else
+        assert f"Accepted publickey for {simcluster.NODE_USER} from {bastion} " in logins, logins[-2000:]
+        with pytest.raises(OSError):  # dropped by the node's firewall: a timeout (an OSError), no refusal
+            socket.create_connection((simcluster.address(node), 22), timeout=2).close()
         assert "Accepted publickey for root" not in logins
         assert sim_cluster.node(node, "id", "-u", simcluster.NODE_USER).stdout.strip() != "0"
         # what the plays made on the node is root's (became), not the login user's
         owner = sim_cluster.node(node, "stat", "-c", "%U", "/opt/rollout8/run").stdout.strip()
         assert owner == "root", (node, owner)
+
+
+def test_connections_the_bastion_drops_past_max_startups_are_tried_again(sim_cluster: Cluster, converged: Run,
+                                                                           tmp_path):
+    """The bastion's sshd takes few unauthenticated connections at once (MaxStartups, as sshd's default 10:30:100
+    is for 16+ nodes behind one jump host). While connections that never log in hold all of them, every new one is
+    dropped: without retries each node is unreachable; with ansible.cfg's retries (growing pauses), the same run
+    reaches every node once they are let go."""
+    assert converged.rc == 0
+    bastion = simcluster.address(simcluster.BASTION)
+    full = int(simcluster.BASTION_MAX_STARTUPS.split(":")[-1])
+
+    def hold_every_startup() -> list[socket.socket]:
+        """`full` connections sshd took (its banner came: a connection it drops gets none; past `start`, it drops
+        at random), never logging in (bounded: 50 tries)."""
+        held = []
+        for _ in range(50):
+            conn = socket.create_connection((bastion, 22), timeout=5)
+            if conn.recv(64).startswith(b"SSH-"):
+                held.append(conn)
+                if len(held) == full:
+                    return held
+            else:
+                conn.close()
+        raise AssertionError(f"the bastion took {len(held)} of {full} connections in 50 tries")
+
+    def ping(retries: str | None, hold_s: float) -> subprocess.CompletedProcess:
+        held = hold_every_startup()
+        release = threading.Timer(hold_s, lambda: [s.close() for s in held])
+        release.start()
+        # a control directory of its own: no master connection of an earlier run carries this one past the bastion
+        env = dict(os.environ, ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / f"cp-{retries}"), ANSIBLE_NOCOLOR="1",
+                   **({"ANSIBLE_SSH_RETRIES": retries} if retries is not None else {}))
+        try:
+            return subprocess.run([str(simcluster.REPO / ".venv" / "bin" / "ansible"), "-i", str(simcluster.INVENTORY),
+                                   "cluster", "-m", "ansible.builtin.ping"], cwd=simcluster.ANSIBLE_DIR, env=env,
+                                  capture_output=True, text=True, timeout=300)
+        finally:
+            release.cancel()
+            for held_socket in held:
+                held_socket.close()
+
+    since = str(int(time.time()) - 1)
+    dropped = ping("0", hold_s=60)
+    assert dropped.returncode != 0, dropped.stdout[-2000:]
+    assert all(f"{node} | UNREACHABLE!" in dropped.stdout for node in NODES), dropped.stdout[-2000:]
+    log = subprocess.run(["docker", "logs", "--since", since, simcluster.BASTION], capture_output=True, text=True)
+    assert "past MaxStartups" in log.stderr, log.stderr[-2000:]
+
+    carried = ping(None, hold_s=2)  # retries as ansible.cfg sets them: pauses of 0, 1 and 3 s
+    assert carried.returncode == 0, carried.stdout[-2000:] + carried.stderr[-2000:]
+    assert all(f"{node} | SUCCESS" in carried.stdout for node in NODES), carried.stdout[-2000:]
 
 
 def test_a_node_whose_sudo_asks_for_a_password_is_refused_naming_it(sim_cluster: Cluster, converged: Run):

@@ -61,3 +61,10 @@ def test_the_simulated_rule_drops_by_default_and_opens_the_documented_ports_from
     rules = sim_nodes.firewall_rules("172.30.0.0/16", ["6379-6386", "10002-19999"])
     assert "policy drop;" in rules and "tcp dport 22 accept" in rules
     assert "ip saddr 172.30.0.0/16 tcp dport { 6379-6386, 10002-19999 } accept" in rules
+
+
+def test_the_simulated_rule_takes_ssh_from_the_bastion_only_when_there_is_one():
+    rules = sim_nodes.firewall_rules("172.30.0.0/16", ["6379-6386"], ssh_from="172.18.0.9")
+    assert "\n    ip saddr 172.18.0.9 tcp dport 22 accept\n" in rules
+    assert "\n    tcp dport 22 accept\n" not in rules
+    assert "\n    tcp dport 22 accept\n" in sim_nodes.firewall_rules("172.30.0.0/16", ["6379-6386"])
