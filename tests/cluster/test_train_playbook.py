@@ -70,6 +70,21 @@ def test_ansible_logs_in_over_ssh_as_the_login_user_and_becomes_root(sim_cluster
         assert owner == "root", (node, owner)
 
 
+def hold_startups(bastion: str, full: int) -> list[socket.socket]:
+    """`full` connections the bastion's sshd took (its banner came: a connection it drops gets none; past MaxStartups'
+    start, it drops at random), never logging in: every further one is dropped until they close (bounded: 50 tries)."""
+    held = []
+    for _ in range(50):
+        conn = socket.create_connection((bastion, 22), timeout=5)
+        if conn.recv(64).startswith(b"SSH-"):
+            held.append(conn)
+            if len(held) == full:
+                return held
+        else:
+            conn.close()
+    raise AssertionError(f"the bastion took {len(held)} of {full} connections in 50 tries")
+
+
 def test_connections_the_bastion_drops_past_max_startups_are_tried_again(sim_cluster: Cluster, converged: Run,
                                                                            tmp_path):
     """The bastion's sshd takes few unauthenticated connections at once (MaxStartups, as sshd's default 10:30:100
@@ -80,22 +95,8 @@ def test_connections_the_bastion_drops_past_max_startups_are_tried_again(sim_clu
     bastion = simcluster.address(simcluster.BASTION)
     full = int(simcluster.BASTION_MAX_STARTUPS.split(":")[-1])
 
-    def hold_every_startup() -> list[socket.socket]:
-        """`full` connections sshd took (its banner came: a connection it drops gets none; past `start`, it drops
-        at random), never logging in (bounded: 50 tries)."""
-        held = []
-        for _ in range(50):
-            conn = socket.create_connection((bastion, 22), timeout=5)
-            if conn.recv(64).startswith(b"SSH-"):
-                held.append(conn)
-                if len(held) == full:
-                    return held
-            else:
-                conn.close()
-        raise AssertionError(f"the bastion took {len(held)} of {full} connections in 50 tries")
-
     def ping(retries: str | None, hold_s: float) -> subprocess.CompletedProcess:
-        held = hold_every_startup()
+        held = hold_startups(bastion, full)
         release = threading.Timer(hold_s, lambda: [s.close() for s in held])
         release.start()
         # a control directory of its own: no master connection of an earlier run carries this one past the bastion
@@ -120,6 +121,45 @@ def test_connections_the_bastion_drops_past_max_startups_are_tried_again(sim_clu
     carried = ping(None, hold_s=2)  # retries as ansible.cfg sets them: pauses of 0, 1 and 3 s
     assert carried.returncode == 0, carried.stdout[-2000:] + carried.stderr[-2000:]
     assert all(f"{node} | SUCCESS" in carried.stdout for node in NODES), carried.stdout[-2000:]
+
+
+def test_an_rsync_the_bastion_drops_is_tried_again_and_still_writes_as_root(sim_cluster: Cluster, converged: Run):
+    """The artifacts' rsync opens a connection of its own through the bastion (Ansible's tasks ride their kept
+    master connections): while every startup is held, the bastion drops it, and the task is tried again once they
+    are let go, with sudo on the node as the first attempt had it (the synchronize action turns become off after its
+    first attempt: a retry wrote as the login user, Permission denied, before rsync_path was named)."""
+    assert converged.rc == 0
+    model = json.loads(sim_cluster.node("rollout8-sim-head", "cat", PLAN).stdout)["node_paths"]["bf16"]
+    shard = f"{model}/model.safetensors"
+    good = sim_cluster.node("rollout8-sim-w2", "sha256sum", shard).stdout.split()[0]
+    assert sim_cluster.playbook("--tags", "artifacts").rc == 0  # masters kept (ControlPersist) for the next run
+    sim_cluster.node("rollout8-sim-w2", "rm", shard)
+    bastion = simcluster.address(simcluster.BASTION)
+    full = int(simcluster.BASTION_MAX_STARTUPS.split(":")[-1])
+    held = hold_startups(bastion, full)
+    since = str(int(time.time()) - 1)
+
+    def release_after_the_first_drop() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            log = subprocess.run(["docker", "logs", "--since", since, simcluster.BASTION], capture_output=True,
+                                 text=True).stderr
+            if "past MaxStartups" in log:
+                break
+            time.sleep(0.3)
+        for held_socket in held:
+            held_socket.close()
+
+    releaser = threading.Thread(target=release_after_the_first_drop, daemon=True)
+    releaser.start()
+    try:
+        run = sim_cluster.playbook("--tags", "artifacts", timeout=600)
+    finally:
+        releaser.join(timeout=310)
+    assert run.rc == 0, run.output[-4000:]
+    assert re.search(r"FAILED - RETRYING: \[rollout8-sim-w2\]: (artifacts : )?Send", run.output), run.output[-4000:]
+    assert sim_cluster.node("rollout8-sim-w2", "sha256sum", shard).stdout.split()[0] == good
+    assert sim_cluster.node("rollout8-sim-w2", "stat", "-c", "%U", shard).stdout.strip() == "root"
 
 
 def test_a_node_whose_sudo_asks_for_a_password_is_refused_naming_it(sim_cluster: Cluster, converged: Run):
