@@ -43,14 +43,14 @@ class Cluster:
     facts: Path
 
     def playbook(self, *args: str, playbook: str = "train.yml", timeout: int = 900, kind: str = "probe",
-                 spec: Path | None = None, follow: bool = True) -> Run:
+                 spec: Path | None = None, follow: bool = True, stream: bool = False) -> Run:
         """train.yml (or another playbook) on the cluster, in the training containers of the demo's image; the
         probe job unless kind="verl" (the real job). With follow, the verify play waits for the job's end
-        (train.yml alone returns once a verl job runs)."""
+        (train.yml alone returns once a verl job runs). With stream, its output is also printed as it comes."""
         return simcluster.run_playbook(simcluster.INVENTORY, spec or self.spec, self.work, self.facts,
                                        *sim_demo.image_args(), "-e", f"rollout8_job_kind={kind}",
                                        "-e", f"rollout8_verify_follow={follow}", *args, playbook=playbook,
-                                       timeout=timeout)
+                                       timeout=timeout, stream=stream)
 
     def node(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         return on_node(name, *cmd, check=check)

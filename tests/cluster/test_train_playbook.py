@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -125,9 +126,10 @@ def test_connections_the_bastion_drops_past_max_startups_are_tried_again(sim_clu
 
 def test_an_rsync_the_bastion_drops_is_tried_again_and_still_writes_as_root(sim_cluster: Cluster, converged: Run):
     """The artifacts' rsync opens a connection of its own through the bastion (Ansible's tasks ride their kept
-    master connections): while every startup is held, the bastion drops it, and the task is tried again once they
-    are let go, with sudo on the node as the first attempt had it (the synchronize action turns become off after its
-    first attempt: a retry wrote as the login user, Permission denied, before rsync_path was named)."""
+    master connections): while every startup is held, the bastion drops it (the output says it was tried again),
+    and the task is tried again once they are let go, with sudo on the node as the first attempt had it (the
+    synchronize action turns become off after its first attempt: a retry wrote as the login user, Permission
+    denied, before rsync_path was named)."""
     assert converged.rc == 0
     model = json.loads(sim_cluster.node("rollout8-sim-head", "cat", PLAN).stdout)["node_paths"]["bf16"]
     shard = f"{model}/model.safetensors"
@@ -136,26 +138,41 @@ def test_an_rsync_the_bastion_drops_is_tried_again_and_still_writes_as_root(sim_
     sim_cluster.node("rollout8-sim-w2", "rm", shard)
     bastion = simcluster.address(simcluster.BASTION)
     full = int(simcluster.BASTION_MAX_STARTUPS.split(":")[-1])
+    sending = threading.Event()
+
+    class Watch:  # the streamed output, watched for the send task's start
+        def __init__(self, out):
+            self.out = out
+
+        def write(self, text):
+            if "TASK [artifacts : Send" in text:
+                sending.set()
+            return self.out.write(text)
+
+        def __getattr__(self, name):
+            return getattr(self.out, name)
+
     held = hold_startups(bastion, full)
-    since = str(int(time.time()) - 1)
 
-    def release_after_the_first_drop() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            log = subprocess.run(["docker", "logs", "--since", since, simcluster.BASTION], capture_output=True,
-                                 text=True).stderr
-            if "past MaxStartups" in log:
-                break
-            time.sleep(0.3)
-        for held_socket in held:
-            held_socket.close()
+    def release_after_rsyncs_drop() -> None:
+        """The startups let go 1.2 s after the send started: its rsync's first connection (a fraction of a second in)
+        was dropped, its next attempt (2 s later) is not. sshd logs its drops at most once a minute: no signal."""
+        try:
+            if sending.wait(timeout=300):
+                time.sleep(1.2)
+        finally:
+            for held_socket in held:
+                held_socket.close()
 
-    releaser = threading.Thread(target=release_after_the_first_drop, daemon=True)
+    releaser = threading.Thread(target=release_after_rsyncs_drop, daemon=True)
     releaser.start()
+    stdout, sys.stdout = sys.stdout, Watch(sys.stdout)
     try:
-        run = sim_cluster.playbook("--tags", "artifacts", timeout=600)
+        run = sim_cluster.playbook("--tags", "artifacts", timeout=600, stream=True)
     finally:
-        releaser.join(timeout=310)
+        sys.stdout = stdout
+        sending.set()
+        releaser.join(timeout=10)
     assert run.rc == 0, run.output[-4000:]
     assert re.search(r"FAILED - RETRYING: \[rollout8-sim-w2\]: (artifacts : )?Send", run.output), run.output[-4000:]
     assert sim_cluster.node("rollout8-sim-w2", "sha256sum", shard).stdout.split()[0] == good
