@@ -35,9 +35,11 @@ NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 # Every node is reached through one bastion (ssh ProxyJump), as an Atlas cluster behind its jump host: the nodes'
 # firewall takes ssh from the bastion only, and the bastion's sshd takes few unauthenticated connections at once
 # (MaxStartups start:rate:full, far below sshd's default 10:30:100, which 16+ nodes at once exceed): a connection
-# it drops is carried by ansible.cfg's ssh retries. It is a container of the node image running sshd alone.
+# it drops is carried by ansible.cfg's ssh retries. It is a container of the node image running sshd alone. Its
+# start is the node count: the nodes' retries come back all at once (Ansible's pauses have no jitter), and a
+# lower start would drop one of them at random on every attempt.
 BASTION = "rollout8-sim-bastion"
-BASTION_MAX_STARTUPS = "2:50:4"
+BASTION_MAX_STARTUPS = "3:50:6"
 BASTION_COMMAND = ("sh", "-c", "ssh-keygen -A && mkdir -p /run/sshd && "
                    f"exec /usr/sbin/sshd -D -e -o MaxStartups={BASTION_MAX_STARTUPS}")
 LABEL = "rollout8.sim=1"
@@ -183,9 +185,10 @@ def up() -> str:
 
 def bastion_up(image: str) -> None:
     """The bastion container of the node image on the management network, idempotently (left alone when running
-    that image)."""
-    state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}}", BASTION, check=False, capture=True)
-    if state.returncode == 0 and state.stdout.split() == ["true", image]:
+    that image and command)."""
+    state = sh("docker", "inspect", "-f", '{{.State.Running}} {{.Config.Image}} {{join .Config.Cmd " "}}', BASTION,
+               check=False, capture=True)
+    if state.returncode == 0 and state.stdout.strip() == f"true {image} {' '.join(BASTION_COMMAND)}":
         return
     sh("docker", "rm", "-f", BASTION, check=False, capture=True)
     sh("docker", "run", "-d", "--name", BASTION, "--hostname", BASTION, "--network", NETWORK, "--label", LABEL,
@@ -208,10 +211,11 @@ def access() -> Path:
     with their addresses. Returns the inventory."""
     addresses = {name: address(name) for name in NODES}
     key = login_key()
+    bastion = address(BASTION)
     for name in (BASTION, *NODES):
         authorize(name, key.with_suffix(".pub").read_text())
-    known_hosts(addresses, address(BASTION))
-    return write_inventory(INVENTORY.parent, addresses, key, bastion=address(BASTION))
+    known_hosts(addresses, bastion)
+    return write_inventory(INVENTORY.parent, addresses, key, bastion=bastion)
 
 
 # The nodes' firewall, as openEuler's and Kylin's firewalld: input dropped but for ssh and what README.md's

@@ -71,9 +71,12 @@ def test_ansible_logs_in_over_ssh_as_the_login_user_and_becomes_root(sim_cluster
         assert owner == "root", (node, owner)
 
 
-def hold_startups(bastion: str, full: int) -> list[socket.socket]:
-    """`full` connections the bastion's sshd took (its banner came: a connection it drops gets none; past MaxStartups'
-    start, it drops at random), never logging in: every further one is dropped until they close (bounded: 50 tries)."""
+def hold_startups() -> list[socket.socket]:
+    """As many connections as the bastion's sshd takes before logging in (MaxStartups' full), each taken (its banner
+    came: a connection it drops gets none; past MaxStartups' start, it drops at random), never logging in: every
+    further one is dropped until they close (bounded: 50 tries)."""
+    bastion = simcluster.address(simcluster.BASTION)
+    full = int(simcluster.BASTION_MAX_STARTUPS.split(":")[-1])
     held = []
     for _ in range(50):
         conn = socket.create_connection((bastion, 22), timeout=5)
@@ -93,11 +96,9 @@ def test_connections_the_bastion_drops_past_max_startups_are_tried_again(sim_clu
     dropped: without retries each node is unreachable; with ansible.cfg's retries (growing pauses), the same run
     reaches every node once they are let go."""
     assert converged.rc == 0
-    bastion = simcluster.address(simcluster.BASTION)
-    full = int(simcluster.BASTION_MAX_STARTUPS.split(":")[-1])
 
     def ping(retries: str | None, hold_s: float) -> subprocess.CompletedProcess:
-        held = hold_startups(bastion, full)
+        held = hold_startups()
         release = threading.Timer(hold_s, lambda: [s.close() for s in held])
         release.start()
         # a control directory of its own: no master connection of an earlier run carries this one past the bastion
@@ -136,8 +137,6 @@ def test_an_rsync_the_bastion_drops_is_tried_again_and_still_writes_as_root(sim_
     good = sim_cluster.node("rollout8-sim-w2", "sha256sum", shard).stdout.split()[0]
     assert sim_cluster.playbook("--tags", "artifacts").rc == 0  # masters kept (ControlPersist) for the next run
     sim_cluster.node("rollout8-sim-w2", "rm", shard)
-    bastion = simcluster.address(simcluster.BASTION)
-    full = int(simcluster.BASTION_MAX_STARTUPS.split(":")[-1])
     sending = threading.Event()
 
     class Watch:  # the streamed output, watched for the send task's start
@@ -152,7 +151,7 @@ def test_an_rsync_the_bastion_drops_is_tried_again_and_still_writes_as_root(sim_
         def __getattr__(self, name):
             return getattr(self.out, name)
 
-    held = hold_startups(bastion, full)
+    held = hold_startups()
 
     def release_after_rsyncs_drop() -> None:
         """The startups let go 1.2 s after the send started: its rsync's first connection (a fraction of a second in)
