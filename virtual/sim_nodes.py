@@ -114,7 +114,8 @@ SHARED_EXPORT = "/srv/rollout8-export"
 # training containers that mount those paths can read them.
 SHARED_MODELS = REPO / ".cache" / "cluster" / "models"
 # Each node's own Docker daemon keeps its data root (the images it loaded) on the node's volume: what a real node's
-# disk is. It outlives the container (a re-run of `make demo` finds the training image loaded); `down` removes it.
+# disk is. It outlives the container stopped and started (a re-run of `make demo` finds the training image loaded);
+# `down` removes it, and so does replacing the container (up: a new machine).
 # The daemon needs what --privileged gives, less CAP_SYS_RESOURCE: a sandbox whose Docker lacks a capability
 # refuses --privileged outright ("unable to apply caps"), seen on the machines this project runs on.
 NODE_PRIVILEGE = ("--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--device", "/dev/fuse",
@@ -166,6 +167,12 @@ def up() -> str:
                 sh("docker", "start", name, capture=True)
             continue
         sh("docker", "rm", "-f", name, check=False, capture=True)
+        # A replaced node is a new machine: its disk goes with it. Kept, its daemon would restart the old node's
+        # training container (restart: unless-stopped) and Docker would make that container's bind-mount sources
+        # in the new node's file system, the deploy root among them, without rollout8's marker: the next converge
+        # fills a deploy root "there before rollout8" and reset leaves it (seen in CI, whose clone's new paths
+        # replace the nodes while the volumes of the last session's cluster survive). The image is loaded again.
+        sh("docker", "volume", "rm", "-f", node_volume(name), check=False, capture=True)
         # created on the management network (the default route), the data network connected before it boots
         loopback = ["-e", "ROLLOUT8_SIM_HOSTNAME_LOOPBACK=1"] if name == LOOPBACK_HOSTNAME_NODE else []
         sh("docker", "create", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
