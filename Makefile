@@ -19,7 +19,11 @@ $(VENV)/.installed: pyproject.toml scripts/dev-env.sh
 	@touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## create the CPU development/test environment in .venv
+venv: $(VENV)/.installed node-wheels ## create the CPU development/test environment in .venv
+
+.PHONY: node-wheels
+node-wheels: $(VENV)/.installed ## the nodes' Python libraries (requests, from the lock) in .cache/node-wheels: preflight installs them on a node without them
+	@PY=$(PY) bash scripts/node-wheels.sh >/dev/null
 
 .PHONY: sysdeps
 sysdeps: ## install the system packages the demo and tests need (Debian/Ubuntu, root) and start dockerd

@@ -4,8 +4,9 @@
 is parsed as Python 3.7 (tests/unit/test_role_contracts.py) and linted for it (`make lint-node`); here they run, as
 Ansible runs them, on a Debian bullseye node (Python 3.9, as debootstrap makes it: no `requests`), reached by the
 real ansible-playbook of .venv through the Docker connection:
-- rollout8_node_state reports that Python and no `requests`, and preflight's node check refuses it in one line
-  naming the node, its Python and the fix, before anything is sent; once python3-requests is installed, it passes;
+- rollout8_node_state reports that Python and no `requests`; without node wheels on the controller, preflight's node
+  check refuses it in one line naming the node, its Python and the fixes, before anything is sent; with them
+  (`make node-wheels`), it installs requests into rollout8's own directory and the Docker modules run;
 - rollout8_deploy_root makes a deploy root with its marker (a re-run changes nothing);
 - rollout8_arrival checks, seals (reading the file once, in its thread pool) and then finds the file current;
 - rollout8_ray_api asks a Ray dashboard that is not there and says so instead of failing;
@@ -48,7 +49,9 @@ def node():
     if docker("image", "inspect", IMAGE, check=False).returncode != 0:
         subprocess.run(["bash", "scripts/make-base-image.sh"], cwd=REPO, check=True, timeout=1200,
                        env={**os.environ, "SUITE": "bullseye", "PACKAGES": "python3", "IMAGE": IMAGE})
-    docker("run", "-d", "--name", NODE, "--label", "rollout8.test=1", IMAGE, "sleep", "3600")
+    # this machine's Docker socket: the Docker modules on the node have a daemon to talk to
+    docker("run", "-d", "--name", NODE, "--label", "rollout8.test=1", "-v", "/var/run/docker.sock:/var/run/docker.sock",
+           IMAGE, "sleep", "3600")
     try:
         yield NODE
     finally:
@@ -75,33 +78,69 @@ def results(proc: subprocess.CompletedProcess) -> dict[str, dict]:
             for p in out["plays"] for task in p["tasks"] if task["hosts"]}
 
 
-def preflight_node(tmp_path: Path, node: str) -> subprocess.CompletedProcess:
-    """preflight's node check, as train.yml runs it (the role's tasks file, with a plan's deploy root)."""
+def preflight_node(tmp_path: Path, node: str, wheels: Path) -> subprocess.CompletedProcess:
+    """preflight's node check, as train.yml runs it (the role's tasks file, with a plan's deploy root), the
+    controller's node wheels in `wheels`."""
     return play(tmp_path, node, [
         {"name": "preflight node", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "node"},
-         "vars": {"rollout8_plan": {"deploy_root": "/var/lib/rollout8/runs/py39"}}}], "preflight")
+         "vars": {"rollout8_plan": {"deploy_root": "/var/lib/rollout8/runs/py39"},
+                  "rollout8_node_wheels_dir": str(wheels)}}], "preflight")
 
 
-def test_preflight_refuses_a_node_python_without_requests_in_one_line_then_passes(node, tmp_path):
-    proc = preflight_node(tmp_path, node)
+STATE = "Free space near the deploy root, /dev/shm, the clock, rsync and the node's Python (one call, reads only)"
+CHECK = "The node's Python can run the Docker modules (it has the requests library)"
+PYLIB = "/opt/rollout8/node-python"
+
+
+def test_preflight_refuses_a_node_python_without_requests_and_no_node_wheels_in_one_line(node, tmp_path):
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    proc = preflight_node(tmp_path, node, empty)
     assert proc.returncode != 0, proc.stdout[-2000:]
     found = results(proc)
-    state = found["Free space near the deploy root, /dev/shm, the clock, rsync and the node's Python (one call, "
-                  "reads only)"]
+    state = found[STATE]
     assert state["python_version"].startswith("3.9.") and state["requests"] == "", state
-    refusal = found["The node's Python can run the Docker modules (it has the requests library)"]["msg"]
+    refusal = found[CHECK]["msg"]
     assert "\n" not in refusal.strip()
     assert refusal.startswith(f"{node}: Python {state['python_version']} (/usr/bin/python3) has no `requests`"), refusal
-    assert "apt-get install python3-requests" in refusal and "Nothing was changed" in refusal
+    assert f"the controller has no node wheels to install ({empty} is empty): run `make node-wheels`" in refusal
+    assert "apt-get install python3-requests" in refusal and refusal.endswith("Nothing was changed.")
+    assert docker("exec", node, "test", "-e", PYLIB, check=False).returncode != 0
 
-    # the fix the line names, then the same check passes
-    fix = docker("exec", node, "bash", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-                 "apt-get install -y -qq --no-install-recommends python3-requests >/dev/null", check=False, timeout=600)
-    assert fix.returncode == 0, fix.stderr[-2000:]
-    again = preflight_node(tmp_path, node)
-    assert again.returncode == 0, again.stdout[-3000:]
-    assert results(again)["The node's Python can run the Docker modules (it has the requests library)"]["msg"] \
-        == "All assertions passed"
+
+def test_preflight_installs_requests_from_the_node_wheels_and_the_docker_modules_run(node, tmp_path):
+    """The lock's node_python wheels (scripts/node-wheels.sh, from PyPI) go into rollout8's directory on the node,
+    not the system's; a Docker module run with the roles' environment then talks to a Docker daemon (this machine's,
+    its socket mounted into the node), one without it fails for want of requests. A second preflight changes
+    nothing."""
+    out = subprocess.run(["bash", "scripts/node-wheels.sh"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OUT=str(tmp_path / "wheels"), PY=sys.executable))
+    assert out.returncode == 0, out.stderr
+    wheels = tmp_path / "wheels"
+    proc = preflight_node(tmp_path, node, wheels)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    found = results(proc)
+    assert found[STATE]["requests"] == "", found[STATE]
+    assert found["The node's Python with them"]["requests"] == "2.31.0", found["The node's Python with them"]
+    said = found["What was installed"]["msg"]
+    assert said.startswith(f"{node}: Python 3.9.") and "requests 2.31.0" in said and "urllib3 1.26.20" in said, said
+    assert f"into {PYLIB} for the Docker modules" in said, said
+    # the system's Python is as it was
+    assert docker("exec", node, "python3", "-c", "import requests", check=False).returncode != 0
+
+    again = results(preflight_node(tmp_path, node, wheels))
+    assert again[STATE]["requests"] == "2.31.0" and again[CHECK]["msg"] == "All assertions passed"
+    assert again["Unpack them into rollout8_node_pylib (the node's own zipfile; each once)"].get("skipped") is True
+
+    env = "{{ rollout8_node_python_env }}"
+    ran = play(tmp_path, node, [
+        {"name": "defaults", "ansible.builtin.include_role": {"name": "rollout8_defaults", "public": True}},
+        {"name": "with", "environment": env, "community.docker.docker_host_info": {}},
+        {"name": "without", "community.docker.docker_host_info": {}, "ignore_errors": True},
+    ], "docker")
+    found = results(ran)
+    assert found["with"].get("failed") is not True and found["with"]["host_info"]["ServerVersion"], found["with"]
+    assert found["without"].get("failed") is True and "requests" in found["without"]["msg"], found["without"]
 
 
 def test_every_node_module_runs_on_python_3_9(node, tmp_path):

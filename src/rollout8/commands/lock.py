@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt.add_argument("--env", action="store_true", help="print KEY=VALUE lines (same keys as the build args)")
     fmt.add_argument("--markdown", action="store_true", help="print the README version table")
     fmt.add_argument("--constraints", action="store_true", help="print the pip constraints file of the PyPI pins")
+    fmt.add_argument("--node-python", action="store_true",
+                     help="print the requirement lines of the nodes' Python libraries (make node-wheels)")
     fmt.add_argument("--json", action="store_true", help="print the lock and its derived values as JSON")
     fmt.add_argument("--get", metavar="KEY", help="print one value: version, image, digest, or a build-arg key")
     fmt.add_argument("--check", action="store_true",
@@ -54,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_markdown(lock))
     elif args.constraints:
         print(lock.constraints(), end="")
+    elif args.node_python:
+        print(lock.node_python_requirements(), end="")
     elif args.json:
         out = {"lock": lock.model_dump(mode="json", by_alias=True), "digest": lock.digest(),
                "image": lock.image_ref(), "build_args": lock.build_args()}
