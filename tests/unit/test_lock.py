@@ -88,6 +88,7 @@ def test_lock_loads(lock):
     (lambda d: d["git"]["verl"].update(commit="51d2104"), "git.verl.commit", "full 40-hex"),
     (lambda d: d["pypi"].update(torch=">=2.7"), "pypi", "exact version"),
     (lambda d: d["pypi"].update(ray="2.46.*"), "pypi", "exact version"),
+    (lambda d: d["node_python"].update(requests=">=2.31"), "node_python", "exact version"),
     (lambda d: d["cann"]["installers"]["nnal"]["x86_64"].update(sha256="abc"), "cann.installers.nnal.x86_64.sha256",
      "64 lowercase hex"),
     (lambda d: d["base_image"].update(digest="latest"), "base_image.digest", "sha256:"),
@@ -207,11 +208,12 @@ def pin_patterns(lock) -> dict[str, re.Pattern]:
     pats: dict[str, re.Pattern] = {}
     for name, pin in lock.git.items():
         pats[f"git.{name}.commit"] = re.compile(re.escape(pin.commit))
-    for name, version in lock.pypi.items():
+    for section, name, version in [*(("pypi", n, v) for n, v in lock.pypi.items()),
+                                   *(("node_python", n, v) for n, v in lock.node_python.items())]:
         names = {name, normalize(name), normalize(name).replace("-", "_"), *ALIASES.get(name, [])}
         alt = "|".join(sorted(re.escape(n) for n in names))
         v = re.escape(version)
-        pats[f"pypi.{name}"] = re.compile(
+        pats[f"{section}.{name}"] = re.compile(
             rf"(?i)(?:\b(?:{alt})\s*(?:===?|~=|>=)\s*{v}(?![\w.])"  # torch==X.Y.Z
             rf"|\b(?:{alt})[\w]*version\w*\s*[:=]\s*[\"']?{v}(?![\w.]))"  # FLASHRL_VERSION = "X.Y.Z"
         )
@@ -221,6 +223,14 @@ def pin_patterns(lock) -> dict[str, re.Pattern]:
     pats["cann.version"] = re.compile(rf"(?i)CANN_VERSION\s*[:=]\s*[\"']?{re.escape(lock.cann.version)}")
     pats["soc_version"] = re.compile(rf"SOC_VERSION\s*[:=]\s*[\"']?{re.escape(lock.soc_version)}")
     return pats
+
+
+def test_node_python_requirements_are_the_locks_pins(lock):
+    """`rollout8 lock --node-python` (what make node-wheels downloads): one exact requirement per node_python pin,
+    requests among them (the community.docker modules' one need on a node)."""
+    lines = lock.node_python_requirements().splitlines()
+    assert sorted(lines) == sorted(f"{normalize(n)}=={v}" for n, v in lock.node_python.items())
+    assert any(line.startswith("requests==") for line in lines)
 
 
 def test_no_pin_hard_coded_elsewhere(lock):
