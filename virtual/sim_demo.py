@@ -14,6 +14,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
 from sim_images import BUILDER, REPO, free_gb, sh, train_image, train_tarball
 from sim_nodes import INVENTORY, NODES, SHARED_HOST, own_export, prerequisites, run_playbook, up
 from sim_runs import bf16_twin, demo_spec
@@ -26,11 +27,12 @@ CONTAINER = "rollout8-train"  # the runtime role's default name for the training
 IMAGE_DIR = SHARED_HOST / ".rollout8-images"
 
 
-def image_args() -> tuple[str, ...]:
+def image_args(spec: Path | None = None) -> tuple[str, ...]:
     """ansible-playbook arguments naming the training image (built by `make image`'s own stages on the CPU stand-in
     stack), as users give it: `make image-save`'s tarball, which the image role sends once to the shared directory
     and every node loads (and removes once all have). When every node's daemon already has the image, nothing is
-    saved: the play gets the image's id, checks it on every node and loads nothing."""
+    saved: the play gets the image's id, checks it on every node and loads nothing. A run spec without
+    cluster.shared_dir has the tarball staged on each node that loads it (here: on this machine's disk too)."""
     image = train_image()
     image_id = sh(BUILDER, "image", "inspect", "-f", "{{.Id}}", image, capture=True).stdout.strip()
     image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
@@ -42,7 +44,9 @@ def image_args() -> tuple[str, ...]:
     drop_superseded(image)
     tarball = train_tarball(image, IMAGE_DIR)
     own_export()  # saved as this machine's root: the login user's, as a user's `make image-save` leaves it
-    throttle = load_throttle(tarball, sum(node_id != image_id for node_id in have))
+    loads = sum(node_id != image_id for node_id in have)
+    shared = spec is None or bool((yaml.safe_load(spec.read_text()).get("cluster") or {}).get("shared_dir"))
+    throttle = load_throttle(tarball, loads, staged=0 if shared else loads)
     return ("-e", f"rollout8_image={image}", "-e", f"rollout8_image_tarball={tarball}",
             "-e", f"rollout8_image_load_throttle={throttle}")
 
@@ -63,14 +67,22 @@ def drop_superseded(image: str) -> None:
             print(f">> {name}: removed the superseded {', '.join(old)} (and its training container)", file=sys.stderr)
 
 
-def load_throttle(tarball: Path, loads: int) -> int:
+def load_throttle(tarball: Path, loads: int, staged: int = 0) -> int:
     """How many nodes load the image at once. The three nodes' Docker data share this machine's one disk, and a
     `docker load` unpacks the whole tarball before it registers the layers (twice the image at peak): as many at
-    once as the disk has room for. Side by side on this machine three loads took 135 s, one after another 243 s
-    (each load is CPU-bound in one dockerd: checksums, tar, the kernel's copies)."""
-    room = free_gb(str(IMAGE_DIR)) - 2  # a margin for what the nodes write meanwhile
-    fits = int(room // (2 * tarball.stat().st_size / 1e9))
-    return max(1, min(max(loads, 1), fits))
+    once as the disk has room for, after the `staged` copies of the tarball the nodes keep until every load has
+    ended (a spec without a shared directory stages one per node; uncounted, three loads beside three copies ran
+    out of disk: "Detected no loaded images"). Side by side on this machine three loads took 135 s, one after
+    another 243 s (each load is CPU-bound in one dockerd: checksums, tar, the kernel's copies)."""
+    size = tarball.stat().st_size / 1e9
+    room = free_gb(str(IMAGE_DIR)) - 2 - staged * size  # a margin for what the nodes write meanwhile
+    if room < 2 * size:
+        raise SystemExit(f"rollout8: the simulated nodes share this machine's disk: {staged} staged copies of "
+                         f"{tarball.name} ({size:.1f} GB each) and one load (about {2 * size:.0f} GB) need "
+                         f"{staged * size + 2 * size + 2:.0f} GB free under {IMAGE_DIR}, only "
+                         f"{free_gb(str(IMAGE_DIR)):.1f} GB are: free disk space (`docker image prune`, old clones' "
+                         ".cache) and re-run")
+    return max(1, min(max(loads, 1), int(room // (2 * size))))
 
 
 def cluster_and_image() -> None:

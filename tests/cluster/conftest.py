@@ -48,7 +48,7 @@ class Cluster:
         probe job unless kind="verl" (the real job). With follow, the verify play waits for the job's end
         (train.yml alone returns once a verl job runs). With stream, its output is also printed as it comes."""
         return simcluster.run_playbook(simcluster.INVENTORY, spec or self.spec, self.work, self.facts,
-                                       *sim_demo.image_args(), "-e", f"rollout8_job_kind={kind}",
+                                       *sim_demo.image_args(spec or self.spec), "-e", f"rollout8_job_kind={kind}",
                                        "-e", f"rollout8_verify_follow={follow}", *args, playbook=playbook,
                                        timeout=timeout, stream=stream)
 

@@ -507,7 +507,7 @@ def shared_spec(work) -> tuple:
 
 def docker_run(spec, work, *args: str, playbook: str = "train.yml") -> simcluster.Run:
     """A playbook on the demo's cluster, production runtime, the probe job (followed to its verdict)."""
-    return simcluster.run_playbook(simcluster.INVENTORY, spec, work, work / "facts", *sim_demo.image_args(),
+    return simcluster.run_playbook(simcluster.INVENTORY, spec, work, work / "facts", *sim_demo.image_args(spec),
                                    "-e", "rollout8_job_kind=probe",
                                    "-e", "rollout8_verify_follow=true", *args, playbook=playbook, timeout=900)
 

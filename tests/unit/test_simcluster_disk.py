@@ -38,3 +38,21 @@ def test_wheelhouse_script_removes_superseded_keys(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip().splitlines()[-1].endswith(key)
     assert not stale.exists() and (out / key / ".complete").exists() and (out / "bundle").is_dir()
+
+
+def test_load_throttle_counts_the_tarballs_staged_on_the_shared_disk(tmp_path, monkeypatch):
+    """Three nodes on one disk: loads at once are what fits beside the staged tarballs (a spec without a shared
+    directory stages one per node), and none fitting is refused in one line instead of three failed loads."""
+    import sim_demo
+
+    tarball = tmp_path / "train.tar"
+    with tarball.open("wb") as handle:
+        handle.truncate(7 * 10**9)  # sparse: its size is what counts
+    monkeypatch.setattr(sim_demo, "free_gb", lambda path: 52.0)
+    assert sim_demo.load_throttle(tarball, 3) == 3  # one copy on the shared directory: 50 GB fit three loads
+    assert sim_demo.load_throttle(tarball, 3, staged=3) == 2  # 21 GB staged: 29 GB fit two
+    monkeypatch.setattr(sim_demo, "free_gb", lambda path: 30.0)
+    with pytest.raises(SystemExit) as err:
+        sim_demo.load_throttle(tarball, 3, staged=3)
+    msg = str(err.value)
+    assert "\n" not in msg and "3 staged copies of train.tar (7.0 GB each)" in msg and "only 30.0 GB are" in msg
