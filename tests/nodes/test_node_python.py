@@ -10,7 +10,8 @@ real ansible-playbook of .venv through the Docker connection:
 - rollout8_deploy_root makes a deploy root with its marker (a re-run changes nothing);
 - rollout8_arrival checks, seals (reading the file once, in its thread pool) and then finds the file current;
 - rollout8_ray_api asks a Ray dashboard that is not there and says so instead of failing;
-- rollout8_port_probe listens, is reached on its ports (a pinned one and the kernel's pick) and stops.
+- rollout8_port_probe listens, is reached on its ports (a pinned one and the kernel's pick) and stops;
+- a host kept waiting after its clock was read (as a node waits for another's install) is not taken for a skewed clock.
 """
 
 from __future__ import annotations
@@ -145,6 +146,30 @@ def test_preflight_installs_requests_from_the_node_wheels_and_the_docker_modules
     found = results(ran)
     assert found["with"].get("failed") is not True and found["with"]["host_info"]["ServerVersion"], found["with"]
     assert found["without"].get("failed") is True and "requests" in found["without"]["msg"], found["without"]
+
+
+def test_a_host_kept_waiting_after_its_clock_was_read_is_not_refused_for_clock_skew(node, tmp_path):
+    """preflight reads every node's clock in one task, then nodes wait for each other (a node installing the node
+    wheels keeps the others at the next task). The skew is taken as the clock is read (node.yml), so a wait longer
+    than the allowed skew before the check (clock.yml) is no skew: refused, it stopped the demo's other nodes once a
+    bullseye node joined it."""
+    out = subprocess.run(["bash", "scripts/node-wheels.sh"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OUT=str(tmp_path / "wheels"), PY=sys.executable))
+    assert out.returncode == 0, out.stderr
+    proc = play(tmp_path, node, [
+        {"name": "preflight node", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "node"},
+         "vars": {"rollout8_plan": {"deploy_root": "/var/lib/rollout8/runs/py39"},
+                  "rollout8_node_wheels_dir": str(tmp_path / "wheels")}},
+        {"name": "kept waiting", "ansible.builtin.pause": {"seconds": 5}},
+        {"name": "preflight clock", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "clock"},
+         "vars": {"rollout8_preflight_max_clock_skew_s": 1}},
+    ], "clock")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    found = results(proc)
+    assert abs(int(found["The node's clock against the controller's, as it was read"]["ansible_facts"]
+                   ["rollout8_clock_skew_s"])) <= 2, found
+    assert found["Clock skew against the controller (the node's clock was read with its free space)"]["msg"] \
+        == "All assertions passed"
 
 
 def test_every_node_module_runs_on_python_3_9(node, tmp_path):
