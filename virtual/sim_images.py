@@ -101,19 +101,22 @@ def content_key(seed: str, names: tuple[str, ...]) -> str:
     return digest.hexdigest()[:12]
 
 
-def node_image() -> str:
+def node_image(old: bool = False) -> str:
     """The simulated node, as a machine comes: Debian, sshd and a login user with sudo, its own Docker daemon.
-    Nothing of the training stack: that arrives in the training image, as on an Atlas node (a minute, once)."""
-    image = f"rollout8/sim-node:{content_key(f'{BASE_IMAGE} {NODE_ACCESS} {NODE_DAEMON}', NODE_LAYER)}"
+    Nothing of the training stack: that arrives in the training image, as on an Atlas node (a minute, once).
+    old: the node as old as the vendors' (OLD_BASE_IMAGE: bullseye's Python 3.9, no python3-requests)."""
+    base, daemon, repo = (OLD_BASE_IMAGE, OLD_NODE_DAEMON, "rollout8/sim-node-old") if old else \
+        (BASE_IMAGE, NODE_DAEMON, "rollout8/sim-node")
+    image = f"{repo}:{content_key(f'{base} {NODE_ACCESS} {daemon}', NODE_LAYER)}"
     if docker_ok("image", "inspect", image):
         print(f">> node image {image} already built", file=sys.stderr)
         return image
-    print(f">> node image {image}: sshd, a login user with sudo and Docker on {BASE_IMAGE}", file=sys.stderr)
-    script = (f"set -e; {NODE_DAEMON}; {NODE_ACCESS}; "
+    print(f">> node image {image}: sshd, a login user with sudo and Docker on {base}", file=sys.stderr)
+    script = (f"set -e; {daemon}; {NODE_ACCESS}; "
               "install -m 0755 /repo/virtual/node-init.sh /usr/local/sbin/rollout8-node-init; "
               "install -m 0755 /repo/virtual/rootsquash.py /usr/local/sbin/rollout8-rootsquash")
     # the network for Debian's mirror (the Docker packages)
-    _commit(image, BASE_IMAGE, script, f"{REPO}:/repo:ro", network="bridge")
+    _commit(image, base, script, f"{REPO}:/repo:ro", network="bridge")
     return image
 
 
@@ -131,6 +134,13 @@ NODE_ACCESS = (f"useradd --uid {NODE_UID} --user-group --create-home --shell /bi
 # its shared directory root-squashed (python3-fusepy for virtual/rootsquash.py).
 NODE_DAEMON = ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
                "docker.io tini python3-requests nftables python3-fusepy >/dev/null && rm -rf /var/lib/apt/lists/*")
+# One node as old as the vendors' (openEuler 22.03 ships Python 3.9): Debian bullseye as debootstrap makes it with
+# what a node needs to be reached (sshd, sudo, rsync), and nothing the product brings itself: no python3-requests
+# (preflight installs the lock's node wheels into rollout8's own directory), no venv, no pip.
+OLD_BASE_IMAGE = "rollout8/bullseye-node-base:1"
+OLD_BASE_SUITE = "bullseye"
+OLD_BASE_PACKAGES = "python3,ca-certificates,iproute2,procps,rsync,tar,gzip,curl,iputils-ping,sudo,openssh-server"
+OLD_NODE_DAEMON = NODE_DAEMON.replace(" python3-requests", "")
 # The node's main process (virtual/node-init.sh): host keys on first start, the node's dockerd in the background,
 # sshd in the foreground (its sessions start the training containers).
 NODE_COMMAND = ("/usr/local/sbin/rollout8-node-init",)

@@ -20,7 +20,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim_images import NODE_COMMAND, NODE_UID, NODE_USER, REPO, _prune_superseded, docker_ok, node_image, sh, wheelhouse
+from sim_images import (
+    BASE_IMAGE,
+    NODE_COMMAND,
+    NODE_UID,
+    NODE_USER,
+    OLD_BASE_IMAGE,
+    OLD_BASE_PACKAGES,
+    OLD_BASE_SUITE,
+    REPO,
+    _prune_superseded,
+    docker_ok,
+    node_image,
+    sh,
+    wheelhouse,
+)
 
 # Two networks per node, as an Atlas node has a management NIC and a data (RoCE) NIC: the management network holds
 # the default route and the controller's ssh; the data network (internal: no gateway, no route out) is the one the
@@ -31,6 +45,8 @@ DATA_NETWORK = "rollout8-sim-data"
 DATA_NIC = "data0"
 # The node whose hostname resolves to 127.0.1.1, as Debian's and Ubuntu's installers write /etc/hosts.
 LOOPBACK_HOSTNAME_NODE = "rollout8-sim-w2"
+# The node as old as the vendors' (sim_images.OLD_BASE_IMAGE: Python 3.9, no python3-requests).
+OLD_PYTHON_NODE = "rollout8-sim-w1"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 # Every node is reached through one bastion (ssh ProxyJump), as an Atlas cluster behind its jump host: the nodes'
 # firewall takes ssh from the bastion only, and the bastion's sshd takes few unauthenticated connections at once
@@ -131,12 +147,17 @@ def prerequisites() -> None:
     """The base image (debootstrap: Debian's mirror, the disk), built while the wheelhouse downloads (PyPI): on a
     fresh machine each took 1-2.5 minutes, one after the other (each a no-op when it exists). The node image needs
     the base; the training image needs both."""
-    base = subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO)
+    bases = {BASE_IMAGE: subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO),
+             # the old node's, side by side (debootstrap: the mirror and the disk)
+             OLD_BASE_IMAGE: subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO, env={
+                 **os.environ, "IMAGE": OLD_BASE_IMAGE, "SUITE": OLD_BASE_SUITE, "PACKAGES": OLD_BASE_PACKAGES})}
     try:
         wheelhouse()
     finally:
-        if base.wait(timeout=1800) != 0:
-            raise SystemExit("the base image could not be built (scripts/make-base-image.sh, output above)")
+        failed = [image for image, proc in bases.items() if proc.wait(timeout=1800) != 0]
+        if failed:
+            raise SystemExit(f"the base image {', '.join(failed)} could not be built (scripts/make-base-image.sh, "
+                             "output above)")
 
 
 def up() -> str:
@@ -146,6 +167,7 @@ def up() -> str:
     written. Returns the image."""
     prerequisites()
     image = node_image()
+    images = {name: node_image(old=True) if name == OLD_PYTHON_NODE else image for name in NODES}
     for shared in (SHARED_HOST, SHARED_MODELS):
         shared.mkdir(parents=True, exist_ok=True)
     own_export()
@@ -162,7 +184,7 @@ def up() -> str:
                    "{{range $net, $_ := .NetworkSettings.Networks}}net:{{$net}} {{end}}", name,
                    check=False, capture=True)
         fields = state.stdout.split()
-        if state.returncode == 0 and fields[1] == image and sorted(fields[2:]) == want:
+        if state.returncode == 0 and fields[1] == images[name] and sorted(fields[2:]) == want:
             if fields[0] != "true":
                 sh("docker", "start", name, capture=True)
             continue
@@ -177,11 +199,12 @@ def up() -> str:
         loopback = ["-e", "ROLLOUT8_SIM_HOSTNAME_LOOPBACK=1"] if name == LOOPBACK_HOSTNAME_NODE else []
         sh("docker", "create", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
            "--init", "--shm-size", "512m", *NODE_PRIVILEGE, *(arg for m in mounts for arg in ("-v", m)),
-           "-e", f"ROLLOUT8_SIM_DATA_NIC={DATA_NIC}", *loopback, image, *NODE_COMMAND, capture=True)
+           "-e", f"ROLLOUT8_SIM_DATA_NIC={DATA_NIC}", *loopback, images[name], *NODE_COMMAND, capture=True)
         sh("docker", "network", "connect", DATA_NETWORK, name, capture=True)
         sh("docker", "start", name, capture=True)
     bastion_up(image)
-    _prune_superseded(image)  # an older node image, in use until its containers were replaced just now
+    for each in set(images.values()):
+        _prune_superseded(each)  # an older node image, in use until its containers were replaced just now
     daemons_up()
     firewall()
     access()

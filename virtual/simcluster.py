@@ -32,6 +32,7 @@ from sim_images import (
     NODE_LAYER,
     NODE_UID,
     NODE_USER,
+    OLD_BASE_IMAGE,
     REPO,
     STANDIN_LAYER,
     STANDIN_PATH,
@@ -65,6 +66,7 @@ from sim_nodes import (
     NETWORK,
     NODE_PRIVILEGE,
     NODES,
+    OLD_PYTHON_NODE,
     RECAP,
     SHARED_DIR,
     SHARED_EXPORT,
@@ -91,13 +93,14 @@ from sim_runs import MODEL_PRESET, SHIPPED_SPEC, bf16_twin, demo_spec, prepare_r
 __all__ = [
     # sim_images
     "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "CPU_UNUSED_CUDA", "IMAGE_DISK_GB", "NODE_ACCESS",
-    "NODE_COMMAND", "NODE_LAYER", "NODE_UID", "NODE_USER", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
+    "NODE_COMMAND", "NODE_LAYER", "NODE_UID", "NODE_USER", "OLD_BASE_IMAGE", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
     "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
     "ANSIBLE_DIR", "BASTION", "BASTION_MAX_STARTUPS", "DATA_NETWORK", "DATA_NIC", "DOCKER_INVENTORY", "GROUP_VARS",
     "HERE", "INVENTORY", "LABEL",
-    "LOOPBACK_HOSTNAME_NODE", "NETWORK", "NODE_PRIVILEGE", "NODES", "RECAP", "SHARED_DIR", "SHARED_EXPORT",
+    "LOOPBACK_HOSTNAME_NODE", "NETWORK", "NODE_PRIVILEGE", "NODES", "OLD_PYTHON_NODE", "RECAP", "SHARED_DIR",
+    "SHARED_EXPORT",
     "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "FIREWALL_CONF", "Run", "access", "address", "data_address",
     "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export", "prerequisites",
     "run_playbook", "up", "write_inventory",

@@ -25,6 +25,7 @@ import simcluster
 import yaml
 from conftest import REPO, docker_available, one_line
 
+from rollout8.lock import load_lock
 from rollout8.node.probe_job import read_verdict
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
@@ -423,6 +424,24 @@ def test_a_node_whose_hostname_resolves_to_loopback_trains_its_rank(demo_job):
     node = simcluster.LOOPBACK_HOSTNAME_NODE
     assert on_node(node, "getent", "hosts", node).stdout.split()[0] == "127.0.1.1"
     assert on_node(node, "docker", "exec", CONTAINER, "getent", "hosts", node).stdout.split()[0] == "127.0.1.1"
+    rc, verdict = sim_demo.verl_verdict(demo_job)
+    assert rc == 0, verdict
+    assert re.search(rf"rank \d+ \(pid \d+ in {node}\): patched: int8 patch active", verdict), verdict
+
+
+def test_a_node_with_python_3_9_and_no_requests_got_them_from_the_bundle_and_trains_its_rank(demo_job):
+    """rollout8-sim-w1 is Debian bullseye as a vendor's node may come (Python 3.9, as openEuler 22.03's; no
+    python3-requests): preflight installed the lock's node wheels into rollout8's directory, the Docker modules
+    loaded the image and started the training container with them, and its rank ran int8 rollouts. The system's
+    Python is as it was."""
+    node = simcluster.OLD_PYTHON_NODE
+    version = on_node(node, "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
+    assert version == "3.9", version
+    assert on_node(node, "python3", "-c", "import requests", check=False).returncode != 0
+    pins = load_lock(REPO / "versions.lock.yaml").node_python
+    installed = on_node(node, "ls", "/opt/rollout8/node-python").stdout.split()
+    assert f"requests-{pins['requests']}.dist-info" in installed, installed
+    assert on_node(node, "docker", "inspect", "-f", "{{.State.Running}}", CONTAINER).stdout.strip() == "true"
     rc, verdict = sim_demo.verl_verdict(demo_job)
     assert rc == 0, verdict
     assert re.search(rf"rank \d+ \(pid \d+ in {node}\): patched: int8 patch active", verdict), verdict
