@@ -27,6 +27,8 @@ from conftest import REPO, docker_available, one_line
 
 from rollout8.lock import load_lock
 from rollout8.node.probe_job import read_verdict
+from rollout8.results import communicator
+from rollout8.results.progress import read_progress
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
@@ -445,6 +447,19 @@ def test_a_node_with_python_3_9_and_no_requests_got_them_from_the_bundle_and_tra
     rc, verdict = sim_demo.verl_verdict(demo_job)
     assert rc == 0, verdict
     assert re.search(rf"rank \d+ \(pid \d+ in {node}\): patched: int8 patch active", verdict), verdict
+
+
+def test_every_rank_said_it_joined_its_communicator_and_progress_names_no_missing_rank(demo_job):
+    """Each verl worker's init_process_group said `waiting` then `joined` (rollout8.node.communicator, installed by
+    activation in every process that imports verl), from every node: `rollout8 progress` finds all ranks joined
+    and names none missing."""
+    spec = yaml.safe_load(simcluster.SHIPPED_SPEC.read_text())
+    world = spec["cluster"]["nnodes"] * spec["cluster"]["npus_per_node"]
+    groups = communicator.read(demo_job / "driver.log")
+    assert [(g.world, g.joined) for g in groups] == [(world, list(range(world)))], groups
+    assert {s.node for s in groups[0].ranks.values()} == set(simcluster.NODES), groups
+    progress = read_progress(demo_job / "driver.log", npus_per_node=spec["cluster"]["npus_per_node"])
+    assert progress.joined == f"{world} of {world}" and progress.communicator == [], progress
 
 
 def nic_spec(tmp_path, nic: str):

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..results.communicator import AFTER_S
 from ..results.progress import find_driver_log, progress_line, read_progress
 from . import count
 
@@ -15,12 +16,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=count, default=None, help="the run's total training steps")
     parser.add_argument("--state", default="", help="the job's Ray state, printed in the line (RUNNING, ...)")
     parser.add_argument("--json", action="store_true", help="print the progress as JSON")
+    parser.add_argument("--npus-per-node", type=count, default=None,
+                        help="ranks per node: names the node short of a rank that has not joined its communicator")
+    parser.add_argument("--nodes", default="", help="the cluster's nodes, comma-separated NAME or NAME=ADDRESS (its "
+                        "Ray address): names a node none of whose ranks arrived")
+    parser.add_argument("--communicator-after", type=float, default=AFTER_S, metavar="SECONDS",
+                        help="a rank still waiting for its communicator after this long is reported "
+                        f"(default {AFTER_S:g})")
 
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.directory)
     driver = find_driver_log(path)  # one line saying what is missing, never "no step yet" for no log
-    progress = read_progress(driver, args.steps)
+    progress = read_progress(driver, args.steps, after_s=args.communicator_after, npus_per_node=args.npus_per_node,
+                             nodes=[n for n in args.nodes.split(",") if n])
     job = path.name if path.is_dir() else path.parent.name
     if args.json:
         print(json.dumps({"job": job, "state": args.state, **progress.to_json(),

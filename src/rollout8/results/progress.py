@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import Rollout8Error
+from . import communicator
 from .verl_logs import RunLog, path_problem, read_console
 
 DRIVER_LOG = "driver.log"  # what the verify play keeps of a job: <work>/logs/<job id>/driver.log
@@ -40,6 +41,9 @@ class Progress:
     checkpoint: str | None = None
     cause: str | None = None  # the driver's last error line
     ips: list[str] = field(default_factory=list)  # node addresses in the driver's error lines
+    # ranks that have not joined their communicator after communicator.AFTER_S (rollout8.results.communicator)
+    communicator: list[str] = field(default_factory=list)
+    joined: str = ""  # "8 of 8" once the ranks said so
 
     @property
     def last_step(self) -> int | None:
@@ -48,7 +52,7 @@ class Progress:
     def to_json(self) -> dict:
         return {"trained": self.trained, "last_step": self.last_step, "total": self.total, "reward": self.reward,
                 "step_time_s": self.step_time_s, "resumed_from": self.resumed_from, "checkpoint": self.checkpoint,
-                "cause": self.cause, "ips": self.ips}
+                "cause": self.cause, "ips": self.ips, "communicator": self.communicator, "joined": self.joined}
 
 
 def _ray_driver_logs(directory: Path) -> list[str]:
@@ -87,14 +91,18 @@ def find_driver_log(path: Path) -> Path:
     return driver
 
 
-def read_progress(driver_log: Path, total: int | None = None) -> Progress:
-    """The progress a driver log shows; a driver log that cannot be read raises (see find_driver_log)."""
+def read_progress(driver_log: Path, total: int | None = None, *, now: float | None = None,
+                  after_s: float = communicator.AFTER_S, npus_per_node: int | None = None,
+                  nodes: list[str] | None = None) -> Progress:
+    """The progress a driver log shows; a driver log that cannot be read raises (see find_driver_log). Ranks that
+    have not joined their communicator `after_s` after the first waited are named (rollout8.results.communicator)."""
     driver_log = find_driver_log(Path(driver_log))
     run = RunLog(label="job", path=driver_log)
     progress = Progress(total=total)
     try:
         read_console(run, driver_log)
-        errors = _read_errors(driver_log, progress)
+        marked: list[str] = []
+        errors = _read_errors(driver_log, progress, marked)
     except OSError as exc:
         raise Rollout8Error(f"{driver_log}: cannot read ({exc.strerror or exc})") from exc
     progress.trained = sorted(s for s, m in run.steps.items() if STEP_TIME in m and s > 0)
@@ -102,17 +110,25 @@ def read_progress(driver_log: Path, total: int | None = None) -> Progress:
         last = run.steps[progress.trained[-1]]
         progress.step_time_s = last.get(STEP_TIME)
         progress.reward = next((last[k] for k in REWARD_KEYS if k in last), None)
+    groups = communicator.read_groups(marked)
+    if groups:
+        progress.joined = ", ".join(f"{len(g.joined)} of {g.world}" for g in groups)
+        progress.communicator = communicator.problems(groups, now, after_s, npus_per_node, nodes)
     if errors:
         progress.cause = errors[-1][:400]
         progress.ips = sorted({ip for line in errors for ip in _IP.findall(line)})
     return progress
 
 
-def _read_errors(driver_log: Path, progress: Progress) -> list[str]:
-    """The driver's error lines; the resume step and checkpoint folder go to `progress` on the way."""
+def _read_errors(driver_log: Path, progress: Progress, marked: list[str]) -> list[str]:
+    """The driver's error lines; the resume step and checkpoint folder go to `progress` on the way, the ranks'
+    communicator lines to `marked`."""
     errors: list[str] = []
     with open(driver_log, encoding="utf-8", errors="replace") as fh:
         for line in fh:
+            if communicator.MARKER in line:
+                marked.append(line)
+                continue
             if (m := _RESUMED.search(line)) is not None:
                 progress.resumed_from = int(m.group(1))
             if (m := _CKPT_FOLDER.search(line)) is not None:
@@ -135,4 +151,5 @@ def progress_line(job: str, state: str, p: Progress) -> str:
             where += f", step time {p.step_time_s:.3g} s"
     if p.resumed_from:
         where += f" (resumed from the step-{p.resumed_from} checkpoint)"
-    return f"job {job} {state}: {where}"
+    stuck = "".join(f"; {line}" for line in p.communicator)
+    return f"job {job} {state}: {where}{stuck}"
