@@ -118,3 +118,13 @@ def test_progress_cli_prints_the_communicator_line(tmp_path):
     out = json.loads(proc.stdout)
     assert out["joined"] == "0 of 2" and out["communicator"] and "rank 1 of 2 never reached it" in out["line"]
     assert "head is short of 1: device 1" in out["line"], out["line"]
+
+
+def test_the_device_is_the_one_ray_made_visible_or_the_one_local_rank_picks(monkeypatch):
+    from rollout8.node.communicator import _device
+
+    for visible, local, device in [("3", "0", "3"), ("0,1,2,3,4,5,6,7", "5", "5"), ("4,5,6,7", "1", "5"),
+                                   ("", "2", "2"), ("", "", "-"), ("4,5", "", "4")]:
+        monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", visible)
+        monkeypatch.setenv("LOCAL_RANK", local)
+        assert _device() == device, (visible, local)

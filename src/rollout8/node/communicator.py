@@ -35,14 +35,16 @@ MAX_REMINDERS = 20  # still-waiting lines per call: a bounded number, whatever t
 
 
 def _device() -> str:
-    """The NPU this rank drives: the one Ray made visible to it (ASCEND_RT_VISIBLE_DEVICES, indexed by LOCAL_RANK
-    when it lists several), else `-`."""
-    visible = [d for d in os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if not visible:
-        return "-"
-    local = os.environ.get("LOCAL_RANK", "0")
-    index = int(local) if local.isdigit() and int(local) < len(visible) else 0
-    return visible[index].strip()
+    """The NPU this rank drives: with one device visible (Ray's ASCEND_RT_VISIBLE_DEVICES for the actor) that one;
+    with several, or all (RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES, as the run specs set it), the one its
+    LOCAL_RANK picks, as verl's worker sets its device; else `-`."""
+    visible = [d.strip() for d in os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    local = os.environ.get("LOCAL_RANK", "")
+    if len(visible) == 1:
+        return visible[0]
+    if local.isdigit():
+        return visible[int(local)] if int(local) < len(visible) else local
+    return visible[0] if visible else "-"
 
 
 def _master(kwargs: dict) -> str:
