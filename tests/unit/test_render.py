@@ -250,7 +250,7 @@ def test_custom_reward_is_rendered_with_its_node_path(tmp_path):
     assert render(load_spec(path)).value("custom_reward_function.path") == (False, None)
 
 
-def test_shared_dir_puts_checkpoints_there_keyed_by_the_spec_and_resumes(tmp_path):
+def test_shared_dir_puts_checkpoints_there_keyed_by_the_runs_resume_identity_and_resumes(tmp_path):
     spec = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
     base = REPO / "configs" / "runs"
     for section in ("model", "data"):
@@ -266,7 +266,11 @@ def test_shared_dir_puts_checkpoints_there_keyed_by_the_spec_and_resumes(tmp_pat
     assert render(load_spec(path)).value("trainer.default_local_dir")[1] == ckpt  # a resubmission finds it
     spec["verl"]["actor_rollout_ref.actor.optim.lr"] = 2.0e-3
     path.write_text(yaml.safe_dump(spec))
-    assert render(load_spec(path)).value("trainer.default_local_dir")[1] != ckpt  # a changed run starts afresh
+    # issue 28: found by the run's resume identity: a new learning rate resumes, a new batch shape starts afresh
+    assert render(load_spec(path)).value("trainer.default_local_dir")[1] == ckpt
+    spec["verl"]["data.train_batch_size"] = 12
+    path.write_text(yaml.safe_dump(spec))
+    assert render(load_spec(path)).value("trainer.default_local_dir")[1] != ckpt
     spec["cluster"]["shared_dir"] = "relative/dir"
     path.write_text(yaml.safe_dump(spec))
     with pytest.raises(Exception, match="must be an absolute path"):

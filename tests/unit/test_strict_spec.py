@@ -335,3 +335,32 @@ def test_read_text_refuses_another_encoding_naming_the_file(tmp_path):
         read_text(path, what="notes", error=LockError)
     path.write_bytes("\ufeffcafé\n".encode())
     assert read_text(path) == "café\n"
+
+
+# ------------------------------------------------------------------ checkpoints by the run's resume identity
+@pytest.mark.parametrize("edit, resumes", [
+    ({"verl": {"trainer.save_freq": 2}}, True),
+    ({"env": {"FOO": "1"}}, True),
+    ({"verl": {"actor_rollout_ref.actor.optim.lr": 1.0e-5}}, True),
+    ({"verl": {"trainer.total_training_steps": 30}}, True),
+    ({"description": "another"}, True),
+    ({"verl": {"data.train_batch_size": 12}}, False),
+    ({"verl": {ROLLOUT + "n": 4}}, False),
+    ({"verl": {"actor_rollout_ref.actor.fsdp_config.param_offload": True}}, False),
+    ({"cluster": {"nnodes": 2}}, False),
+])
+def test_the_checkpoint_directory_follows_what_a_checkpoint_can_be_resumed_under(edit, resumes, pristine):
+    """Issue 28: a run's checkpoints are found by its identity, not by a digest of the whole spec: an edit a
+    checkpoint can be resumed under keeps the directory (the resubmitted job resumes), one that changes the
+    sharding, the batch shape, the model or the data gets a directory of its own (from step 0)."""
+    base = copy.deepcopy(RAW)
+    base["cluster"]["shared_dir"] = "/mnt/shared"
+    edited = copy.deepcopy(base)
+    for section, values in edit.items():
+        if isinstance(values, dict):
+            edited.setdefault(section, {}).update(values)
+        else:
+            edited[section] = values
+    a, b = parse_spec(base, pristine), parse_spec(edited, pristine)
+    assert a.checkpoint_dir.startswith(f"/mnt/shared/{a.name}/") and a.checkpoint_dir.endswith("/checkpoints")
+    assert (a.checkpoint_dir == b.checkpoint_dir) is resumes, (a.resume_identity(), b.resume_identity())

@@ -22,7 +22,7 @@ OWNED = {  # verl key -> the spec field that sets it
     "data.train_files": "data.train",
     "data.val_files": "data.val",
     "actor_rollout_ref.rollout.name": "(FlashRL patches vLLM only)",
-    "trainer.default_local_dir": "cluster.shared_dir (<shared_dir>/<name>/<spec digest>/checkpoints)",
+    "trainer.default_local_dir": "cluster.shared_dir (<shared_dir>/<name>/<resume key>/checkpoints)",
 }
 
 

@@ -32,6 +32,16 @@ from .node_path import deploy_root_problem, node_absolute, within
 DEFAULT_DEPLOY_ROOT = "/var/lib/rollout8/runs/{name}"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 PORT_RANGE_PATTERN = r"^\d{1,5}-\d{1,5}$"
+# What a run's checkpoints cannot be resumed under (its resume identity, the key of its checkpoint directory): the
+# weights it started from, the training data, how the weights are sharded (nodes, NPUs per node, the actor's FSDP
+# and sequence-parallel layout) and the batch shape (the dataloader's saved position and the optimizer's schedule
+# follow it). verl keys are matched whole, or by prefix for those ending in a dot. Any other edit (the save
+# frequency, logging, an environment key, the learning rate, the number of steps, the rollout's settings) resumes.
+RESUME_VERL_KEYS = ("data.train_batch_size", "data.shuffle", "data.seed", "actor_rollout_ref.model.",
+                    "actor_rollout_ref.actor.strategy", "actor_rollout_ref.actor.fsdp_config.",
+                    "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.rollout.n",
+                    "algorithm.adv_estimator", "trainer.nnodes", "trainer.n_gpus_per_node")
 
 
 class _Strict(FrozenModel):
@@ -145,9 +155,10 @@ class ClusterSpec(_Strict):
     network: NetworkSpec = Field(default_factory=NetworkSpec)
     shared_dir: str | None = Field(
         None, description="absolute directory every node sees at the same path (an NFS mount, say): verl's "
-                          "checkpoints go to <shared_dir>/<name>/<spec digest>/checkpoints "
-                          "(trainer.default_local_dir) and a resubmitted job of the same spec resumes from the "
-                          "latest (trainer.resume_mode=auto); preflight proves it is shared. Unset: no resume "
+                          "checkpoints go to <shared_dir>/<name>/<resume key>/checkpoints "
+                          "(trainer.default_local_dir), the key a digest of what a checkpoint cannot be resumed "
+                          "under (model, data, sharding, batch shape), and a resubmitted job resumes from the latest "
+                          "(trainer.resume_mode=auto); preflight proves it is shared. Unset: no resume "
                           "after a failure.")
 
     _shared_absolute = field_validator("shared_dir")(lambda value: node_absolute(value))
@@ -284,15 +295,27 @@ class RunSpec(_Strict):
     def deploy_root(self) -> str:
         return self.deploy.root or DEFAULT_DEPLOY_ROOT.format(name=self.name)
 
+    def resume_identity(self) -> dict[str, Any]:
+        """What this run's checkpoints cannot be resumed under (RESUME_VERL_KEYS says why), as `field: value`."""
+        identity: dict[str, Any] = {"name": self.name, "model.bf16": str(self.model.bf16),
+                                    "data.train": str(self.data.train), "cluster.nnodes": self.cluster.nnodes,
+                                    "cluster.npus_per_node": self.cluster.npus_per_node}
+        for key, value in sorted(self.verl.items()):
+            bare = key.lstrip("+~")
+            if any(bare == k or (k.endswith(".") and bare.startswith(k)) for k in RESUME_VERL_KEYS):
+                identity[f"verl.{bare}"] = value
+        return identity
+
     @property
     def checkpoint_dir(self) -> str | None:
         """verl's checkpoints (trainer.default_local_dir) on the shared directory, or None without one:
-        <shared_dir>/<name>/<key>/checkpoints, the key a digest of the whole spec. A resubmission of the same spec
-        resumes from its latest checkpoint; a changed spec (another learning rate, say) starts from step 0 instead
-        of silently continuing the old run's weights."""
+        <shared_dir>/<name>/<key>/checkpoints, the key a digest of the run's resume identity (resume_identity):
+        a resubmission after an edit a checkpoint can be resumed under (the save frequency, an environment key, the
+        learning rate) resumes from its latest checkpoint; an edit of the model, the data, the sharding or the batch
+        shape starts from step 0 in a directory of its own instead of loading a checkpoint it cannot use."""
         if self.cluster.shared_dir is None:
             return None
-        key = sha256_json(self.model_dump(mode="json", exclude={"description"}), default=str)[:12]
+        key = sha256_json(self.resume_identity(), default=str)[:12]
         return str(PurePosixPath(self.cluster.shared_dir) / self.name / key / "checkpoints")
 
     def node_path(self, what: str) -> str:
