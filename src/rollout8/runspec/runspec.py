@@ -44,6 +44,20 @@ RESUME_VERL_KEYS = ("data.train_batch_size", "data.shuffle", "data.seed", "actor
                     "algorithm.adv_estimator", "trainer.nnodes", "trainer.n_gpus_per_node")
 
 
+RESUME_SPEC_KEYS = ("name", "model.bf16", "data.train", "cluster.nnodes", "cluster.npus_per_node")
+
+
+def resumes_under(key: str) -> bool:
+    """Whether a run's checkpoints can be resumed after an edit of this spec key (dotted: `model.bf16`,
+    `verl.data.train_batch_size`, `env.FOO`); RESUME_VERL_KEYS says which cannot."""
+    if key in RESUME_SPEC_KEYS:
+        return False
+    if key.startswith("verl."):
+        bare = key[len("verl."):].lstrip("+~")
+        return not any(bare == k or (k.endswith(".") and bare.startswith(k)) for k in RESUME_VERL_KEYS)
+    return True
+
+
 class _Strict(FrozenModel):
     @field_validator("*", mode="before")
     @classmethod
@@ -301,9 +315,8 @@ class RunSpec(_Strict):
                                     "data.train": str(self.data.train), "cluster.nnodes": self.cluster.nnodes,
                                     "cluster.npus_per_node": self.cluster.npus_per_node}
         for key, value in sorted(self.verl.items()):
-            bare = key.lstrip("+~")
-            if any(bare == k or (k.endswith(".") and bare.startswith(k)) for k in RESUME_VERL_KEYS):
-                identity[f"verl.{bare}"] = value
+            if not resumes_under(f"verl.{key}"):
+                identity[f"verl.{key.lstrip('+~')}"] = value
         return identity
 
     @property
