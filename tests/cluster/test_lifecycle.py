@@ -3,9 +3,15 @@
 1. train.yml returns while the job runs (its first training step logged), saying how to follow it;
 2. `--tags verify` in a new controller process shows where the job stands (step N of 9, reward, step time) and the
    int8 verdict so far;
-3. a worker is stopped mid-run (all its Ray processes killed, right after a checkpoint landed on the shared
+3. the spec is edited while the job runs (an environment key removed, a retention limit added) and train.yml run
+   again: nothing on the nodes changes (the same training containers, the job still running) and one line names
+   the running job, its step, the changed keys and the two choices (issue 28, part 1);
+4. with -e rollout8_replace=true the job is stopped and the edited version submitted: it resumes from the run's
+   latest checkpoint (found by the run's identity, which neither edit changes), trains only the steps after it,
+   and the removed environment key is absent from the new training containers;
+5. a worker is stopped mid-run (all its Ray processes killed, right after a checkpoint landed on the shared
    directory): the job fails and verify names the node and the cause;
-4. train.yml again resubmits the job, verl resumes from the latest checkpoint on cluster.shared_dir and trains
+6. train.yml again resubmits the job, verl resumes from the latest checkpoint on cluster.shared_dir and trains
    only the remaining steps: no step is trained twice, and the final verdict counts one int8 sync per step trained.
 
 The resumed job is then the main job's proof in the collected logs of every node: FlashRL's patch fired on every
@@ -31,9 +37,12 @@ import simcluster
 import yaml
 from conftest import Cluster, one_line
 
+from rollout8.results.progress import read_progress
+
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
-STEPS = 9
+STEPS = 12
+ENV_KEY = "ROLLOUT8_LIFECYCLE_RUN"  # in the first version of the spec only
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 WORKER = "rollout8-sim-w2"
 TIMEOUT = 1800
@@ -62,6 +71,7 @@ def lifecycle_spec(cluster: Cluster) -> Path:
     spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-lifecycle"
     spec["verl"].update({"trainer.experiment_name": "tiny-cpu-lifecycle", "trainer.total_training_steps": STEPS,
                          "trainer.save_freq": 1})
+    spec["env"] = {ENV_KEY: "1"}
     path = cluster.work / "lifecycle.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -80,13 +90,28 @@ def progress_of(cluster: Cluster, job: str) -> dict:
     return json.loads(out)
 
 
+def containers(cluster: Cluster) -> dict[str, str]:
+    """Each node's training container: its id and when it started (the same after a run that changed nothing)."""
+    return {node: cluster.node(node, "docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}}",
+                               "rollout8-train").stdout.strip() for node in NODES}
+
+
+def trained_by(cluster: Cluster, job: str) -> list[int]:
+    """The training steps a job logged, from Ray's driver log on the head's disk (Ray's temp directory is the
+    node's: it outlives the training container and Ray's session)."""
+    log = cluster.node(NODES[0], "sh", "-c", f"cat /opt/rollout8/ray/session_*/logs/job-driver-{job}.log").stdout
+    path = cluster.work / f"{job}.driver.log"
+    path.write_text(log)
+    return read_progress(path).trained
+
+
 def jobs_in(output: str) -> list[str]:
     return re.findall(r"rollout8-tiny-cpu-lifecycle-\w+-verl-\d{14}", output)
 
 
 @pytest.fixture(scope="module")
 def lifecycle(sim_cluster) -> dict:
-    """Steps 1-4, each asserted as it happens; returns the resumed job's collected logs and steps."""
+    """Steps 1-6, each asserted as it happens; returns the resumed job's collected logs and steps."""
     spec = lifecycle_spec(sim_cluster)
     shared = simcluster.SHARED_HOST / "tiny-cpu-lifecycle"
     shutil.rmtree(shared, ignore_errors=True)  # no checkpoint of an earlier session: this job starts at step 1
@@ -107,7 +132,39 @@ def lifecycle(sim_cluster) -> dict:
     seen = re.search(rf"job {job} RUNNING: step (\d) of {STEPS}", one_line(later.output))
     assert seen and int(seen.group(1)) < STEPS, one_line(later.output)[-4000:]
 
-    # 3. stop a worker right after a checkpoint landed (bounded wait), then verify names it
+    # 3. an edited spec while the job runs: refused in one line, nothing on the nodes changed
+    edited = yaml.safe_load(spec.read_text())
+    del edited["env"]
+    edited["verl"]["trainer.max_actor_ckpt_to_keep"] = 3
+    edited_path = sim_cluster.work / "lifecycle-edited.yaml"
+    edited_path.write_text(yaml.safe_dump(edited, sort_keys=False))
+    before = containers(sim_cluster)
+    refused = sim_cluster.playbook(kind="verl", spec=edited_path, follow=False, timeout=900)
+    text = one_line(refused.output)
+    assert refused.rc != 0, text[-4000:]
+    said = re.search(rf"run tiny-cpu-lifecycle: job {job} is RUNNING at step (\d+) of {STEPS} under another version "
+                     rf"of this run spec; changed: env\.{ENV_KEY} removed \(was '1'\), "
+                     r"verl\.trainer\.max_actor_ckpt_to_keep added \(3\); the run's checkpoints resume under them\. "
+                     r"Nothing on the nodes was changed\. Either wait for it to end .* or replace it now: "
+                     r"-e rollout8_replace=true stops it and submits this version\.", text)
+    assert said, text[-4000:]
+    assert "TASK [preflight" not in refused.output and "TASK [runtime" not in refused.output
+    assert containers(sim_cluster) == before
+
+    # 4. replaced: the job stopped, the edited version resumes from the run's latest checkpoint
+    checkpointed = latest_checkpoint(shared)
+    replaced = sim_cluster.playbook("-e", "rollout8_replace=true", kind="verl", spec=edited_path, follow=False,
+                                    timeout=TIMEOUT)
+    assert replaced.rc == 0, replaced.output[-6000:]
+    first_job, job = job, [j for j in jobs_in(replaced.output) if j != job][-1]
+    assert f"job {first_job} STOPPED: this version of the run spec is applied and submitted next" \
+        in one_line(replaced.output), one_line(replaced.output)[-4000:]
+    for node in NODES:
+        env = sim_cluster.container(node, "printenv").stdout
+        assert f"{ENV_KEY}=" not in env, (node, env)
+    spec = edited_path
+
+    # 5. stop a worker right after a checkpoint landed (bounded wait), then verify names it
     start = latest_checkpoint(shared)
     deadline = time.monotonic() + 300
     while latest_checkpoint(shared) <= start and time.monotonic() < deadline:
@@ -124,7 +181,15 @@ def lifecycle(sim_cluster) -> dict:
     trained_before = progress_of(sim_cluster, job)["trained"]
     assert trained_before and max(trained_before) <= killed_at
 
-    # 4. the re-run resubmits and resumes: only the remaining steps, each once
+    # the replacing job resumed where the first one's checkpoints ended and trained each step once
+    replacing = progress_of(sim_cluster, job)
+    first = trained_by(sim_cluster, first_job)
+    assert replacing["resumed_from"] is not None and replacing["resumed_from"] >= checkpointed, \
+        (replacing, checkpointed)
+    assert max(first) <= replacing["resumed_from"] and replacing["trained"][0] == replacing["resumed_from"] + 1, \
+        (first, replacing)
+
+    # 6. the re-run resubmits and resumes: only the remaining steps, each once
     rerun = sim_cluster.playbook(kind="verl", spec=spec, timeout=TIMEOUT)
     assert rerun.rc == 0, rerun.output[-6000:]
     resumed = [j for j in jobs_in(rerun.output) if j != job][-1]
