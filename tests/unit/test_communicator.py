@@ -128,3 +128,29 @@ def test_the_device_is_the_one_ray_made_visible_or_the_one_local_rank_picks(monk
         monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", visible)
         monkeypatch.setenv("LOCAL_RANK", local)
         assert _device() == device, (visible, local)
+
+
+def test_lines_ray_folded_or_reordered_in_the_driver_log_are_read_from_the_worker_logs(tmp_path):
+    """Ray's driver log folds lines that differ only in words with digits ("[repeated 2x across cluster]") and
+    prints forwarded lines out of order (seen in the demo: a rank's `joined` before its `waiting`, two ranks'
+    `joined` folded into one); the worker logs the verify play collects per node have every line."""
+    def line(rank: int, state: str, t: float, waited: str = "") -> str:
+        return (f"{communicator.MARKER} state={state} rank={rank} world=3 node=rollout8-sim-w{rank} device=0 "
+                f"backend=cpu:gloo master=10.0.0.1:4{waited} t={t}")
+
+    job = tmp_path / "job"
+    for rank in range(3):
+        logs = job / f"rollout8-sim-w{rank}" / "logs"
+        logs.mkdir(parents=True)
+        (logs / f"worker-abc-02000000-{rank}.err").write_text(
+            f"noise\n{line(rank, 'waiting', 10.0 + rank)}\n{line(rank, 'joined', 12.5, ' waited_s=1.0')}\n")
+    (job / "driver.log").write_text(
+        f"(WorkerDict pid=2, ip=10.0.0.3) {line(2, 'joined', 12.5, ' waited_s=1.0')}\n"
+        f"(WorkerDict pid=2, ip=10.0.0.3) {line(2, 'waiting', 12.0)}\n"
+        f"(WorkerDict pid=1, ip=10.0.0.2) {line(1, 'joined', 12.5, ' waited_s=1.0')} [repeated 2x across cluster]\n")
+    only_driver = communicator.read_groups(communicator.marked_lines(job / "driver.log"))
+    assert only_driver[0].joined == [1, 2]  # what the driver log alone shows: rank 0's line was folded away
+    groups = communicator.read(job / "driver.log")
+    assert [(g.world, g.joined) for g in groups] == [(3, [0, 1, 2])]
+    progress = read_progress(job / "driver.log", now=1e6, npus_per_node=1)
+    assert progress.joined == "3 of 3" and progress.communicator == []

@@ -1,5 +1,8 @@
 """Which ranks of a job have not joined their communicator, from the `rollout8: communicator` lines every rank logs
-(rollout8.node.communicator) and Ray forwards into the driver log, prefixed `(WorkerDict pid=N, ip=A)`.
+(rollout8.node.communicator) in its Ray worker log (worker-*.err, collected per node by the verify play), which Ray
+also forwards into the driver log, prefixed `(WorkerDict pid=N, ip=A)`. The driver log alone is not enough: Ray
+folds lines that differ only in words with digits (rank=1, rank=2, rollout8-sim-w1...) into one "[repeated Nx across
+cluster]", and prints forwarded lines out of order; so lines are read from both, deduplicated and ordered by their t.
 
 A group is the ranks that share a master address and world size. Once some rank of it has waited longer than
 `after_s` and not every rank has joined, the group is stuck and one line names it: the ranks that never arrived, the
@@ -62,16 +65,24 @@ def parse_line(line: str) -> dict[str, str] | None:
     return fields if {"state", "rank", "world"} <= fields.keys() else None
 
 
+def _t(fields: dict[str, str]) -> float:
+    try:
+        return float(fields.get("t", "0"))
+    except ValueError:
+        return 0.0
+
+
 def read_groups(lines) -> list[Group]:
+    parsed = [f for f in map(parse_line, lines) if f is not None and f["rank"].isdigit() and f["world"].isdigit()]
+    seen: set[tuple] = set()
     groups: dict[tuple[str, int], Group] = {}
-    for line in lines:
-        f = parse_line(line)
-        if f is None or not f["rank"].isdigit() or not f["world"].isdigit():
+    order = {"waiting": 0, "still-waiting": 1, "joined": 2, "failed": 2}
+    for f in sorted(parsed, key=lambda f: (_t(f), order.get(f["state"], 1))):
+        key = (f.get("master"), f["world"], f["rank"], f["state"], f.get("t"))
+        if key in seen:  # the same line from the worker log and the driver log
             continue
-        try:
-            t = float(f.get("t", "0"))
-        except ValueError:
-            t = 0.0
+        seen.add(key)
+        t = _t(f)
         group = groups.setdefault((f.get("master", "-"), int(f["world"])),
                                   Group(f.get("master", "-"), int(f["world"]), f.get("backend", "-")))
         rank = int(f["rank"])
@@ -155,6 +166,19 @@ def problems(groups: list[Group], now: float | None = None, after_s: float = AFT
     return lines
 
 
-def read(path: Path) -> list[Group]:
+def marked_lines(path: Path) -> list[str]:
     with open(path, encoding="utf-8", errors="replace") as fh:
-        return read_groups(line for line in fh if MARKER in line)
+        return [line for line in fh if MARKER in line]
+
+
+def worker_logs(job_dir: Path) -> list[Path]:
+    """The Ray worker logs the verify play collected per node: <job dir>/<node>/logs/worker-*.err."""
+    return sorted(job_dir.glob("*/logs/worker-*.err"))
+
+
+def read(path: Path) -> list[Group]:
+    """The groups of a driver log and of the worker logs collected beside it."""
+    lines = marked_lines(path)
+    for log in worker_logs(Path(path).parent):
+        lines += marked_lines(log)
+    return read_groups(lines)
