@@ -11,7 +11,9 @@ real ansible-playbook of .venv through the Docker connection:
 - rollout8_arrival checks, seals (reading the file once, in its thread pool) and then finds the file current;
 - rollout8_ray_api asks a Ray dashboard that is not there and says so instead of failing;
 - rollout8_port_probe listens, is reached on its ports (a pinned one and the kernel's pick) and stops;
-- a host kept waiting after its clock was read (as a node waits for another's install) is not taken for a skewed clock.
+- a host kept waiting after its clock was read (as a node waits for another's install) is not taken for a skewed clock;
+- verify's driver-log fetch sends only what the head's driver log gained since the last verify (a 1 GiB growth
+  sends 1 GiB, then 100 bytes of growth send 100 bytes), and the controller's copy equals the head's byte for byte.
 """
 
 from __future__ import annotations
@@ -209,3 +211,34 @@ def test_every_node_module_runs_on_python_3_9(node, tmp_path):
     assert found["ray"]["reachable"] is False and found["ray"].get("failed") is not True, found["ray"]
     assert found["listen"]["bound"] == [6380] and found["connect"]["missing"] == [], found["connect"]
     assert found["stop"]["stopped"] is True, found["stop"]
+
+
+def test_verify_fetches_only_what_the_driver_log_gained_since_the_last_verify(node, tmp_path):
+    """Issue 28, part 4. Measured: the bytes cut on the head and fetched, as the play reports them (the size of the
+    part file the fetch copied), checked against the controller's copy: it grows by exactly that much and equals the
+    head's log byte for byte after each verify."""
+    job = "rollout8-growing-0123456789ab-verl-20261205000000"
+    log = f"/opt/rollout8/ray/session_2026-12-05_00-00-00_000000_1/logs/job-driver-{job}.log"
+    docker("exec", node, "sh", "-c", f"mkdir -p {os.path.dirname(log)} /opt/rollout8/logs && "
+                                     f"yes 'step:1 - a driver line' | head -c 1048576 > {log}")
+    logs = tmp_path / "logs" / job
+
+    def verify() -> int:
+        proc = play(tmp_path, node, [{"name": "driver log", "ansible.builtin.include_role": {
+            "name": "verify", "tasks_from": "driver_log"},
+            "vars": {"rollout8_job_id": job, "rollout8_job_logs": str(logs)}}], "driver")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        said = results(proc)["How much was sent"]["msg"]
+        head = docker("exec", node, "sha256sum", log).stdout.split()[0]
+        assert hashlib.sha256((logs / "driver.log").read_bytes()).hexdigest() == head
+        assert not (logs / "driver.part").exists()
+        assert docker("exec", node, "ls", "/opt/rollout8/logs").stdout.split() == []
+        return int(said.split(" new bytes sent")[0].split()[-1])
+
+    assert verify() == 1 << 20
+    docker("exec", node, "sh", "-c", f"yes 'step:2 - another driver line' | head -c {1 << 30} >> {log}", timeout=600)
+    assert verify() == 1 << 30
+    assert (logs / "driver.log").stat().st_size == (1 << 30) + (1 << 20)
+    docker("exec", node, "sh", "-c", f"head -c 100 /dev/zero | tr '\\0' x >> {log}")
+    assert verify() == 100
+    assert verify() == 0
