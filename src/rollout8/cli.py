@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "report": "bf16 vs int8 report (HTML + PNG) from verl training logs",
     "progress": "where a verl job stands (step N of M, reward, step time, resume, cause) from its driver log",
     "spec-diff": "the keys changed between two versions of a run spec, and whether its checkpoints resume",
+    "collect-merge": "append a node's log delta (verify's incremental collection) to the controller's copies",
     "plan": "the deployment plan for Ansible: artifacts to copy, node env, Ray job (JSON)",
     "probe-job": "cluster probe job: per-node proof that config, artifacts and patch are there",
     "doctor": "check this node before deployment (JSON report, fixed exit codes)",
