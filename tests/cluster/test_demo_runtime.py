@@ -462,6 +462,40 @@ def test_every_rank_said_it_joined_its_communicator_and_progress_names_no_missin
     assert progress.joined == f"{world} of {world}" and progress.communicator == [], progress
 
 
+NPU_TOOLS = "/usr/local/Ascend/driver/tools"  # where openEuler's driver packages leave them, off sudo's secure_path
+
+
+def find_npu_tools(tmp_path, node: str) -> simcluster.Run:
+    """rollout8_hccn's search for npu-smi and hccn_tool on `node`, as preflight and the runtime role run it: ssh
+    through the bastion as the login user, become root, the knobs empty (found, not configured)."""
+    book = tmp_path / "find-npu-tools.yml"
+    book.write_text(yaml.safe_dump([{"name": "find", "hosts": node, "gather_facts": False, "become": True, "tasks": [
+        {"name": "find", "rollout8_hccn": {"npu_smi": "", "hccn_tool": "", "node": node}, "register": "found"},
+        {"name": "show", "ansible.builtin.debug": {"msg": "FOUND {{ found.npu_smi }} {{ found.hccn_tool }}"}}]}]))
+    return simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, tmp_path / "work",
+                                   tmp_path / "facts", playbook=str(book), timeout=300)
+
+
+def test_npu_tools_outside_usr_local_bin_are_found_on_a_node_through_sudo(demo_job, tmp_path):
+    """Issue 26: npu-smi and hccn_tool where a vendor's driver puts them, not /usr/local/bin. Placed on a simulated
+    node as stand-ins that only exist (they print that there is no NPU and fail: the path logic is tested, no NPU
+    is claimed), they are found through the real connection; once removed, the node and the knob are named."""
+    node = "rollout8-sim-w2"
+    stand_in = "#!/bin/sh\necho 'stand-in: no NPU on a simulated node' >&2\nexit 1\n"
+    on_node(node, "sh", "-c", f"mkdir -p {NPU_TOOLS} && printf \"{stand_in}\" > {NPU_TOOLS}/npu-smi && "
+                              f"cp {NPU_TOOLS}/npu-smi {NPU_TOOLS}/hccn_tool && chmod 0755 {NPU_TOOLS}/*")
+    try:
+        found = find_npu_tools(tmp_path, node)
+    finally:
+        on_node(node, "rm", "-rf", "/usr/local/Ascend")
+    assert found.rc == 0, found.output[-3000:]
+    assert f"FOUND {NPU_TOOLS}/npu-smi {NPU_TOOLS}/hccn_tool" in found.output, found.output[-3000:]
+    missing = find_npu_tools(tmp_path, node)
+    text = one_line(missing.output)
+    assert missing.rc != 0 and f"{node}: npu-smi not found on PATH" in text, text[-3000:]
+    assert f"nor in /usr/local/bin, /usr/local/sbin, {NPU_TOOLS}" in text and "set rollout8_npu_smi" in text
+
+
 def nic_spec(tmp_path, nic: str):
     """The shipped demo spec naming cluster.network.nic (its relative paths made absolute)."""
     spec = yaml.safe_load(simcluster.SHIPPED_SPEC.read_text().replace("../../out/", f"{REPO}/out/"))
