@@ -1,4 +1,4 @@
-"""The main job's lifecycle on the simulated cluster, with the real verl job (int8 rollouts, 9 steps):
+"""The main job's lifecycle on the simulated cluster, with the real verl job (int8 rollouts, 20 steps):
 
 1. train.yml returns while the job runs (its first training step logged), saying how to follow it;
 2. `--tags verify` in a new controller process shows where the job stands (step N of 9, reward, step time) and the
@@ -41,7 +41,7 @@ from rollout8.results.progress import read_progress
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
-STEPS = 12
+STEPS = 20
 ENV_KEY = "ROLLOUT8_LIFECYCLE_RUN"  # in the first version of the spec only
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 WORKER = "rollout8-sim-w2"
@@ -129,7 +129,7 @@ def lifecycle(sim_cluster) -> dict:
     # 2. verify in a new controller process: where the job stands
     later = sim_cluster.playbook("--tags", "verify", kind="verl", spec=spec, follow=False, timeout=600)
     assert later.rc == 0, later.output[-6000:]
-    seen = re.search(rf"job {job} RUNNING: step (\d) of {STEPS}", one_line(later.output))
+    seen = re.search(rf"job {job} RUNNING: step (\d+) of {STEPS}", one_line(later.output))
     assert seen and int(seen.group(1)) < STEPS, one_line(later.output)[-4000:]
 
     # 3. an edited spec while the job runs: refused in one line, nothing on the nodes changed
