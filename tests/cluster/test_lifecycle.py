@@ -105,6 +105,23 @@ def trained_by(cluster: Cluster, job: str) -> list[int]:
     return read_progress(path).trained
 
 
+STOP_RUNNING = """
+import json, subprocess, urllib.request
+jobs = json.load(urllib.request.urlopen("http://127.0.0.1:8265/api/jobs/", timeout=30))
+for job in jobs:
+    if job["status"] in ("RUNNING", "PENDING") and (job.get("submission_id") or "").startswith(PREFIX):
+        subprocess.run(["/opt/rollout8/venv/bin/ray", "job", "stop", "--address", "http://127.0.0.1:8265",
+                        job["submission_id"]], check=True, timeout=120)
+        print(job["submission_id"])
+"""
+
+
+def stop_leftover_jobs(cluster: Cluster) -> None:
+    """Stop this test's jobs an interrupted run left running (they would write into the run's checkpoints)."""
+    code = STOP_RUNNING.replace("PREFIX", repr("rollout8-tiny-cpu-lifecycle-"))
+    cluster.container(NODES[0], "/opt/rollout8/venv/bin/python", "-c", code, check=False)
+
+
 def jobs_in(output: str) -> list[str]:
     return re.findall(r"rollout8-tiny-cpu-lifecycle-\w+-verl-\d{14}", output)
 
@@ -114,6 +131,7 @@ def lifecycle(sim_cluster) -> dict:
     """Steps 1-6, each asserted as it happens; returns the resumed job's collected logs and steps."""
     spec = lifecycle_spec(sim_cluster)
     shared = simcluster.SHARED_HOST / "tiny-cpu-lifecycle"
+    stop_leftover_jobs(sim_cluster)
     shutil.rmtree(shared, ignore_errors=True)  # no checkpoint of an earlier session: this job starts at step 1
 
     # 1. train.yml returns once the job runs
