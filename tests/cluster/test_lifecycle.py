@@ -71,7 +71,7 @@ def lifecycle_spec(cluster: Cluster) -> Path:
     spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-lifecycle"
     spec["verl"].update({"trainer.experiment_name": "tiny-cpu-lifecycle", "trainer.total_training_steps": STEPS,
                          "trainer.save_freq": 1})
-    spec["env"] = {ENV_KEY: "1"}
+    spec["env"] = {**(spec.get("env") or {}), ENV_KEY: "1"}  # beside the sync diagnostic the sim spec turns on
     path = cluster.work / "lifecycle.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
@@ -152,7 +152,7 @@ def lifecycle(sim_cluster) -> dict:
 
     # 3. an edited spec while the job runs: refused in one line, nothing on the nodes changed
     edited = yaml.safe_load(spec.read_text())
-    del edited["env"]
+    del edited["env"][ENV_KEY]
     edited["verl"]["trainer.max_actor_ckpt_to_keep"] = 3
     edited_path = sim_cluster.work / "lifecycle-edited.yaml"
     edited_path.write_text(yaml.safe_dump(edited, sort_keys=False))
