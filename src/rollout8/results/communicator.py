@@ -176,9 +176,14 @@ def worker_logs(job_dir: Path) -> list[Path]:
     return sorted(job_dir.glob("*/logs/worker-*.err"))
 
 
+def with_worker_logs(driver_lines: list[str], job_dir: Path) -> list[str]:
+    """A driver log's marked lines and those of the worker logs collected beside it (see the module's docstring)."""
+    lines = list(driver_lines)
+    for log in worker_logs(job_dir):
+        lines += marked_lines(log)
+    return lines
+
+
 def read(path: Path) -> list[Group]:
     """The groups of a driver log and of the worker logs collected beside it."""
-    lines = marked_lines(path)
-    for log in worker_logs(Path(path).parent):
-        lines += marked_lines(log)
-    return read_groups(lines)
+    return read_groups(with_worker_logs(marked_lines(path), Path(path).parent))

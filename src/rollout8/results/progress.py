@@ -111,8 +111,7 @@ def read_progress(driver_log: Path, total: int | None = None, *, now: float | No
         progress.step_time_s = last.get(STEP_TIME)
         progress.reward = next((last[k] for k in REWARD_KEYS if k in last), None)
     try:
-        for log in communicator.worker_logs(driver_log.parent):
-            marked += communicator.marked_lines(log)
+        marked = communicator.with_worker_logs(marked, driver_log.parent)
     except OSError as exc:
         raise Rollout8Error(f"{driver_log.parent}: cannot read a worker log ({exc.strerror or exc})") from exc
     groups = communicator.read_groups(marked)
