@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import verl_keys
 from .runspec import resumes_under
 
 MISSING = object()
@@ -36,16 +37,19 @@ class Change:
 
 
 def flatten(spec: Any, prefix: str = "") -> dict[str, Any]:
-    """`{"a": {"b": 1}}` -> `{"a.b": 1}`; `verl:` and `env:` keys are leaves below their section."""
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}`; `env:` keys are leaves below it, and `verl:` is its dotted overrides as
+    the spec reads them (verl_keys.flatten: nested sections, operators, mappings that are values)."""
     if not isinstance(spec, dict):
         return {prefix: spec} if prefix else {}
     out: dict[str, Any] = {}
     for key, value in spec.items():
         path = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and path != "env" and not (prefix == "" and key == "verl"):
+        if path == "verl" and isinstance(value, dict):
+            out.update({f"verl.{k}": v for k, v in verl_keys.flatten(value).items()})
+        elif path == "env" and isinstance(value, dict):
+            out.update({f"env.{k}": v for k, v in value.items()})
+        elif isinstance(value, dict):
             out.update(flatten(value, path))
-        elif isinstance(value, dict):  # verl: nested or dotted, env: variables
-            out.update({f"{path}.{k}": v for k, v in flatten(value).items()})
         else:
             out[path] = value
     return out
