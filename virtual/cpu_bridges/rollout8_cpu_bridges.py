@@ -15,8 +15,7 @@ test that runs the upstream code without it and sees it fail (tests/engine/test_
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -329,30 +328,6 @@ BRIDGES: dict[str, tuple[str, Callable]] = {
 }
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a bridge right after its module has been executed (before anything else can use it)."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in BRIDGES:
-            return None
-        sys.meta_path.remove(self)  # find the real spec without ourselves
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_and_bridge(module):
-            exec_module(module)
-            _apply(fullname, module)
-
-        loader.exec_module = exec_and_bridge
-        return spec
-
-
 def _apply(module_name: str, module) -> None:
     name, fn = BRIDGES[module_name]
     if _once(name):
@@ -366,11 +341,11 @@ def install(bridges: tuple[str, ...] | None = None) -> list[str]:
     ``bridges`` limits the set (tests); returns the names already applied."""
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
-    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    from rollout8.node import after_import  # the one after-import finder of the process (the product's too)
+
     for module_name, (name, _) in list(BRIDGES.items()):
         if bridges is not None and name not in bridges:
             BRIDGES.pop(module_name)
-        elif module_name in sys.modules:
-            _apply(module_name, sys.modules[module_name])
+        else:
+            after_import.register(module_name, f"cpu-bridge:{name}", functools.partial(_apply, module_name))
     return list(APPLIED)
