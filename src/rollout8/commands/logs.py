@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         for rank, pids in report["duplicate_ranks"].items():
             print(f"note: rank {rank} is reported by {len(pids)} processes (pids {', '.join(map(str, pids))}): a "
                   "restarted worker, or logs of two runs in one directory; each is judged on its own")
+        if report["sync"]:
+            print(report["sync"])
         if report["crash"]:
             print(f"the job crashed: {report['crash']['file']}: {report['crash']['cause']}")
         if report["compressed"]:

@@ -11,10 +11,11 @@ What activate() does:
   trap 2); we raise ActivationError naming the variable and the fix instead;
 - wraps torch.distributed.init_process_group so that every rank says when it waits for its communicator and when
   it joined (rollout8.node.communicator; `communicator=yes|no-torch|disabled` in the line);
+- arms the per-part timing of every weight sync (rollout8.node.sync_timing; `sync_timing=yes|disabled`);
 - logs one line starting with MARKER, which `rollout8 logs` greps. Its fields are space-free key=value tokens:
   `rollout8: flash_rl activation: config=<path|unset|bf16...> fn=<fn,fn|-> vllm_hooked=<yes|no|no-vllm|no-flash_rl>
   transfer_to_npu=<imported|already-imported|not-installed|disabled|failed>
-  communicator=<yes|no-torch|disabled> pid=N`, then, for a failed
+  communicator=<yes|no-torch|disabled> sync_timing=<yes|disabled> pid=N`, then, for a failed
   transfer_to_npu, ` reason=...` (free text, last). Level INFO, WARNING when something is off.
 
 It never fails on a CPU machine because of a missing NPU stack: torch and torch_npu are looked up, not required.
@@ -29,7 +30,7 @@ import os
 import sys
 
 from ..errors import Rollout8Error
-from . import communicator
+from . import communicator, sync_timing
 
 MARKER = "rollout8: flash_rl activation"
 TRANSFER_MODULE = "torch_npu.contrib.transfer_to_npu"
@@ -134,7 +135,8 @@ def activate() -> dict[str, str]:
         _emit(logging.ERROR, f"{MARKER}: config=invalid pid={os.getpid()} reason={exc}")
         raise
     fields = {"config": config, "fn": fns, "vllm_hooked": flashrl_hooked(), "transfer_to_npu": transfer,
-              "communicator": communicator.watch(), "pid": str(os.getpid())}
+              "communicator": communicator.watch(),
+              "sync_timing": sync_timing.install(), "pid": str(os.getpid())}
     if reason:
         fields["reason"] = reason
     bad = transfer == "failed" or (config != "unset" and fields["vllm_hooked"] != "yes")

@@ -166,9 +166,9 @@ def problems(groups: list[Group], now: float | None = None, after_s: float = AFT
     return lines
 
 
-def marked_lines(path: Path) -> list[str]:
+def marked_lines(path: Path, marker: str = MARKER) -> list[str]:
     with open(path, encoding="utf-8", errors="replace") as fh:
-        return [line for line in fh if MARKER in line]
+        return [line for line in fh if marker in line]
 
 
 def worker_logs(job_dir: Path) -> list[Path]:
@@ -176,11 +176,11 @@ def worker_logs(job_dir: Path) -> list[Path]:
     return sorted(job_dir.glob("*/logs/worker-*.err"))
 
 
-def with_worker_logs(driver_lines: list[str], job_dir: Path) -> list[str]:
+def with_worker_logs(driver_lines: list[str], job_dir: Path, marker: str = MARKER) -> list[str]:
     """A driver log's marked lines and those of the worker logs collected beside it (see the module's docstring)."""
     lines = list(driver_lines)
     for log in worker_logs(job_dir):
-        lines += marked_lines(log)
+        lines += marked_lines(log, marker)
     return lines
 
 

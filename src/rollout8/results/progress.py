@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import Rollout8Error
-from . import communicator
+from . import communicator, sync_timing
 from .verl_logs import RunLog, path_problem, read_console
 
 DRIVER_LOG = "driver.log"  # what the verify play keeps of a job: <work>/logs/<job id>/driver.log
@@ -44,6 +44,7 @@ class Progress:
     # ranks that have not joined their communicator after communicator.AFTER_S (rollout8.results.communicator)
     communicator: list[str] = field(default_factory=list)
     joined: str = ""  # "8 of 8" once the ranks said so
+    sync: str = ""  # the last weight sync's parts (rollout8.results.sync_timing.summary)
 
     @property
     def last_step(self) -> int | None:
@@ -52,7 +53,8 @@ class Progress:
     def to_json(self) -> dict:
         return {"trained": self.trained, "last_step": self.last_step, "total": self.total, "reward": self.reward,
                 "step_time_s": self.step_time_s, "resumed_from": self.resumed_from, "checkpoint": self.checkpoint,
-                "cause": self.cause, "ips": self.ips, "communicator": self.communicator, "joined": self.joined}
+                "cause": self.cause, "ips": self.ips, "communicator": self.communicator, "joined": self.joined,
+                "sync": self.sync}
 
 
 def _ray_driver_logs(directory: Path) -> list[str]:
@@ -102,7 +104,8 @@ def read_progress(driver_log: Path, total: int | None = None, *, now: float | No
     try:
         read_console(run, driver_log)
         marked: list[str] = []
-        errors = _read_errors(driver_log, progress, marked)
+        synced: list[str] = []
+        errors = _read_errors(driver_log, progress, marked, synced)
     except OSError as exc:
         raise Rollout8Error(f"{driver_log}: cannot read ({exc.strerror or exc})") from exc
     progress.trained = sorted(s for s, m in run.steps.items() if STEP_TIME in m and s > 0)
@@ -112,8 +115,10 @@ def read_progress(driver_log: Path, total: int | None = None, *, now: float | No
         progress.reward = next((last[k] for k in REWARD_KEYS if k in last), None)
     try:
         marked = communicator.with_worker_logs(marked, driver_log.parent)
+        synced = communicator.with_worker_logs(synced, driver_log.parent, sync_timing.MARKER)
     except OSError as exc:
         raise Rollout8Error(f"{driver_log.parent}: cannot read a worker log ({exc.strerror or exc})") from exc
+    progress.sync = sync_timing.summary(sync_timing.read_lines(synced))
     groups = communicator.read_groups(marked)
     if groups:
         progress.joined = ", ".join(f"{len(g.joined)} of {g.world}" for g in groups)
@@ -124,14 +129,17 @@ def read_progress(driver_log: Path, total: int | None = None, *, now: float | No
     return progress
 
 
-def _read_errors(driver_log: Path, progress: Progress, marked: list[str]) -> list[str]:
+def _read_errors(driver_log: Path, progress: Progress, marked: list[str], synced: list[str]) -> list[str]:
     """The driver's error lines; the resume step and checkpoint folder go to `progress` on the way, the ranks'
-    communicator lines to `marked`."""
+    communicator lines to `marked`, their weight-sync lines to `synced`."""
     errors: list[str] = []
     with open(driver_log, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if communicator.MARKER in line:
                 marked.append(line)
+                continue
+            if sync_timing.MARKER in line:
+                synced.append(line)
                 continue
             if (m := _RESUMED.search(line)) is not None:
                 progress.resumed_from = int(m.group(1))
@@ -156,4 +164,5 @@ def progress_line(job: str, state: str, p: Progress) -> str:
     if p.resumed_from:
         where += f" (resumed from the step-{p.resumed_from} checkpoint)"
     stuck = "".join(f"; {line}" for line in p.communicator)
-    return f"job {job} {state}: {where}{stuck}"
+    sync = f"; {p.sync}" if p.sync else ""
+    return f"job {job} {state}: {where}{stuck}{sync}"

@@ -31,6 +31,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import sync_timing
 from .ray_jobs import (
     ACTOR_MARKER,
     ANSI,
@@ -204,6 +205,7 @@ class Scan:
     crash: dict | None = None  # {"file": ..., "cause": ...}: the judged job's driver died with a traceback
     compressed: list[str] = field(default_factory=list)  # files that could not be read as text
     unreadable: list[str] = field(default_factory=list)  # directories that could not be listed
+    sync_lines: list[str] = field(default_factory=list)  # the judged job's weight-sync lines (results.sync_timing)
 
     def get(self, key: tuple, **init) -> Process:
         if key not in self.processes:
@@ -260,6 +262,10 @@ def scan(directory: Path, job: str | None = None) -> Scan:
             if marker:
                 proc.actor = marker["actor"]
                 continue
+            if sync_timing.MARKER in line:
+                if proc.owned:
+                    result.sync_lines.append(line)
+                continue
             _apply(proc, line)
     for info in infos:
         if info.kind == "worker":
@@ -270,6 +276,10 @@ def scan(directory: Path, job: str | None = None) -> Scan:
             result.crash = info.crash
         for raw in read_lines(path):
             line = ANSI.sub("", raw).rstrip("\n")
+            if sync_timing.MARKER in line:
+                if own(info):
+                    result.sync_lines.append(line)
+                continue
             prefix = RAY_PREFIX.match(line)
             if prefix:
                 pid = int(prefix["pid"])
@@ -304,6 +314,7 @@ def who(p: dict) -> str:
 
 
 def verdict(result: Scan) -> dict:
+    syncs = sync_timing.read_lines(result.sync_lines)
     rollout = [p for p in result.processes.values() if p.is_rollout]
     rollout.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.source, p.pid or 0))
     statuses = [p.status for p in rollout]
@@ -341,4 +352,6 @@ def verdict(result: Scan) -> dict:
         "unattributed_syncs": result.unattributed_syncs,
         "ranks": ranks,
         "other_processes": sum(1 for p in result.processes.values() if not p.is_rollout and p.skipped),
+        "sync": sync_timing.summary(syncs),
+        "sync_last": [r.as_dict() for r in sync_timing.last_sync(syncs)],
     }
