@@ -5,7 +5,9 @@
    run also starts from nothing cached: the project's images and .cache/wheelhouse, .cache/debootstrap are removed
    first (a full rebuild: about 15 minutes and a 3.4 GB download), which is the fresh-machine figure.
 2. `make demo-compare`'s two runs, int8 (FlashRL) and bf16 rollouts of the same spec and seed on the same 3 nodes,
-   one after the other: mean step time, generation and actor update per step (steps after the first: warm-up).
+   one after the other: mean step time, generation and actor update per step (steps after the first: warm-up),
+   and the weight sync by part (the ranks' `rollout8: sync` lines: mean per sync and rank, first sync left out),
+   with the sync timing's own estimated cost.
 A failing run is an error, not a number. Needs a Docker engine (no rows without one). The cluster stays up.
 """
 
@@ -82,4 +84,26 @@ def bench(work_dir: Path) -> list[dict]:
         rows.append({"name": f"verl GRPO on 3 simulated nodes: {label} ({key}, mean of steps 2+)",
                      "a_label": "int8 rollouts", "a": a[key], "b_label": "bf16 rollouts", "b": b[key], "unit": "s",
                      "note": "CPU stand-in: vLLM's int8 matmuls here are torch ops, not NPU kernels"})
+    rows += _sync_rows(int8, bf16)
+    return rows
+
+
+def _sync_rows(int8: Path, bf16: Path) -> list[dict]:
+    from rollout8.results import sync_timing
+
+    means = {}
+    for label, job in (("int8", int8), ("bf16", bf16)):
+        means[label] = sync_timing.means(sync_timing.read(job / "driver.log"))
+        if means[label] is None:
+            raise RuntimeError(f"{job}: no `rollout8: sync` line after the first sync (worker logs collected?)")
+    a, b = means["int8"], means["bf16"]
+    note = f"mean per sync and rank over {a.syncs} int8 / {b.syncs} bf16 syncs; CPU stand-in (no NZ transpose)"
+    rows = [{"name": f"weight sync on 3 simulated nodes: {sync_timing.LABELS[part]}", "a_label": "int8 rollouts",
+             "a": a.parts[part], "b_label": "bf16 rollouts", "b": b.parts[part], "unit": "s", "note": note}
+            for part in sync_timing.PARTS]
+    rows.append({"name": "weight sync on 3 simulated nodes: total", "a_label": "int8 rollouts", "a": a.total,
+                 "b_label": "bf16 rollouts", "b": b.total, "unit": "s", "note": "goal: int8 <= 1.1x bf16"})
+    rows.append({"name": "weight sync timing: its own cost against the int8 sync it times", "a_label": "timing",
+                 "a": a.overhead, "b_label": "int8 sync", "b": a.total, "unit": "s",
+                 "note": "estimated: enter/leave events x their cost measured in the rank's process"})
     return rows

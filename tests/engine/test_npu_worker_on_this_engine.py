@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def accept_run(pair, int8_config, work):
-    return run_engine(work / "npu-worker-int8", model=pair.bf16, flashrl_config=int8_config, steps=INT8_STEPS,
-                      speed_prompts=4, max_tokens=16)
+    return run_engine(work / "npu-worker-int8", model=pair.bf16, flashrl_config=int8_config,
+                      steps=[*INT8_STEPS, "sync:sync1"], speed_prompts=4, max_tokens=16)
 
 
 def test_reload_step_passes_against_verify_quants_arithmetic(accept_run, pair, profile):
@@ -62,3 +62,21 @@ def test_speed_step_measures_the_tokens(accept_run):
     assert s["ok"] and s["prompts"] == 4 and s["tokens"] == 4 * 16 and s["seconds"] > 0, s
     run = accept_npu.SpeedRun("int8", s["prompts"], s["tokens"], s["seconds"])
     assert accept_npu.check_speed(run, run).ok
+
+
+def test_weight_sync_step_reports_the_parts_a_jobs_sync_lines_carry(accept_run):
+    """The acceptance suite's timed sync (issue 29, part 5) through rollout8.node.sync_timing, on the real engine
+    and FlashRL: requantization, load and FlashRL's post-load re-run are measured apart, and the worker writes the
+    same `rollout8: sync` line a job's ranks write."""
+    from rollout8.results import sync_timing
+
+    sync = accept_run.step("sync1")
+    assert sync["ok"], sync
+    parts = sync["parts"]
+    assert parts["requant"] > 0 and parts["load"] > 0 and parts["postload"] > 0, parts
+    [line] = sync_timing.read_lines(accept_run.log.read_text(errors="replace").splitlines())
+    assert line.quant == "int8" and line.bytes == sync["bytes"] and 0 < line.loaded_bytes < line.bytes
+    assert line.parts["requant"] == pytest.approx(parts["requant"], abs=1e-3)
+    timing = accept_npu.SyncTiming(sync["seconds"], sync.get("post_load_seconds"), sync["bytes"],
+                                   sync["parameters"], parts)
+    assert "parts (host-side" in "\n".join(accept_npu.check_weight_sync(timing, model="tiny").details)

@@ -12,7 +12,8 @@ FlashRL weight update) | dump-int8:<label> (the engine's int8 weights read back 
 | speed:<label> (timed greedy generation of `speed_prompts` prompts x `max_tokens` tokens, EOS ignored)
 | sync:<label> (one timed weight sync as verl does it: the bf16 weights already on the device, then FlashRL's
 patched load_weights, with the time spent inside the quant methods' process_weights_after_loading, i.e.
-vllm-ascend's W8A8_DYNAMIC transpose + NZ cast that FlashRL re-runs at every sync, measured on its own).
+vllm-ascend's W8A8_DYNAMIC transpose + NZ cast that FlashRL re-runs at every sync, measured on its own, and
+the same parts a job's `rollout8: sync` lines carry, from rollout8.node.sync_timing).
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ def main(spec_path: str) -> int:
     import flash_rl  # noqa: F401  (first, as the patched verl/__init__.py does)
     import torch
     import vllm
+
+    from rollout8.node import sync_timing
+
+    sync_timing.install()  # before the engine: FlashRL asks for its quantize function at construction
     from engine_platform import device_name, llm_kwargs, prepare_engine_process
     from engine_worker import checkpoint_weights, describe, find_model
 
@@ -154,11 +159,14 @@ def main(spec_path: str) -> int:
                 with time_post_load(model, device) as post:
                     synchronize(device)
                     start = time.time()
-                    model.load_weights(iter(weights))
-                    synchronize(device)
+                    sync_timing.wrap_postload()  # FlashRL's post-load re-run, in place since the engine started
+                    with sync_timing.measure() as timed, sync_timing.part("load"):
+                        model.load_weights(sync_timing.timed_items(iter(weights), "gather", "bytes"))
+                        synchronize(device)
                     seconds = time.time() - start
                 record(label, ok=True, seconds=seconds, bytes=nbytes, parameters=sum(t.numel() for _, t in weights),
-                       post_load_seconds=post["seconds"] if post["calls"] else None, post_load_calls=post["calls"])
+                       post_load_seconds=post["seconds"] if post["calls"] else None, post_load_calls=post["calls"],
+                       parts={k: round(v, 4) for k, v in timed.seconds.items() if k != "switch"})
                 del weights
             else:
                 raise ValueError(f"unknown step {step!r}")

@@ -97,7 +97,7 @@ def test_8_weight_sync(request, work):
         error = f"sync: {sync.get('error')}"
     else:
         timing = accept_npu.SyncTiming(sync["seconds"], sync.get("post_load_seconds"), sync["bytes"],
-                                       sync["parameters"])
+                                       sync["parameters"], sync.get("parts"))
     step = accept_npu.check_weight_sync(timing, model=model, error=error,
                                         min_gbps=accept_npu.min_sync_gbps(os.environ))
     first = sync_run.step("sync1")

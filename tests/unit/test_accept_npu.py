@@ -626,3 +626,12 @@ def test_make_accept_npu_says_plainly_that_it_needs_an_npu():
     assert proc.returncode == 3
     assert proc.stderr.startswith("accept-npu: the NPU acceptance suite needs an Ascend NPU node")
     assert "tests/npu" not in proc.stdout  # pytest never started
+
+
+def test_weight_sync_shows_the_parts_a_jobs_sync_lines_carry():
+    parts = {"gather": 0.5, "requant": 1.25, "load": 2.0, "postload": 1.25}
+    timing = accept_npu.SyncTiming(seconds=5.0, post_load_seconds=1.2, bytes=15 * GB, parameters=1, parts=parts)
+    step = accept_npu.check_weight_sync(timing, model="m")
+    assert step.details == ["parts (host-side; the device is synchronized at the sync's ends only): gather 0.50 s, "
+                            "requant 1.25 s, load 2.00 s, postload 1.25 s"]
+    assert accept_npu.check_weight_sync(timing, model="m", min_gbps=100).details == step.details  # FAIL keeps them

@@ -36,6 +36,7 @@ ROLLOUT8_SYNC_TIMING=0 turns it off. Nothing here needs torch at import.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -170,10 +171,11 @@ def line(sync: Sync, n: int, rank: str, node: str, overhead: float, now: float) 
             f"bytes={sync.bytes} loaded_bytes={loaded} tensors={sync.tensors} overhead_s={overhead:.4f} t={now:.3f}")
 
 
-def _begin() -> None:
+def _begin() -> Sync:
     _State.current = Sync(carried_switch=_State.sleep)
     _State.sleep = 0.0
     _State.current.enter("gather")
+    return _State.current
 
 
 def _end() -> None:
@@ -186,6 +188,22 @@ def _end() -> None:
     _State.count += 1
     overhead = sync.events * _event_cost()
     print(line(sync, _State.count, _rank(), socket.gethostname(), overhead, time.time()), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def measure():
+    """A sync outside verl's worker (the NPU acceptance suite's timed load): the block is one sync, its line is
+    written at the end; yields the Sync, whose `seconds` hold the parts afterwards. Inside, `part("load")` and
+    timed_items() charge what the block does, as verl's calls are charged in a job."""
+    sync = _begin()
+    try:
+        yield sync
+    finally:
+        _end()
+
+
+def part(name: str) -> _Part:
+    return _Part(name)
 
 
 # --- the wrappers ---------------------------------------------------------------------------------------------

@@ -275,8 +275,13 @@ def check_weight_sync(timing: SyncTiming | None, *, model: str, error: str | Non
     post_text = ("post-load step not measured" if share is None else
                  f"post-load transpose/NZ {post:.1f} s ({100 * share:.0f}%)")
     summary = f"one sync of {model} ({size}) in {timing.seconds:.1f} s = {rate:.2f} GB/s, {post_text}"
+    details = []
+    if timing.parts:
+        # the same parts a job's `rollout8: sync` lines carry, so the first NPU numbers land in the same table
+        details.append("parts (host-side; the device is synchronized at the sync's ends only): " + ", ".join(
+            f"{name} {seconds:.2f} s" for name, seconds in timing.parts.items()))
     if rate >= min_gbps:
-        return StepResult("weight-sync", PASS, f"{summary} (needed >= {min_gbps} GB/s)")
+        return StepResult("weight-sync", PASS, f"{summary} (needed >= {min_gbps} GB/s)", details)
     if share is not None and share >= POST_LOAD_DOMINANT:
         why = ("vllm-ascend's W8A8_DYNAMIC post-load step (transpose + NZ cast of every int8 weight), which FlashRL "
                "re-runs at every sync, is the cost (SkyRL #176: 140 s per sync for a 32B model on GPUs); every "
@@ -284,7 +289,7 @@ def check_weight_sync(timing: SyncTiming | None, *, model: str, error: str | Non
     else:
         why = ("the reload itself is slow: it goes through host memory (trap 5); check that patch flash_rl/0002 is "
                "applied and ROLLOUT8_FLASHRL_HOST_RELOAD is unset")
-    return StepResult("weight-sync", FAIL, f"{summary}: below {min_gbps} GB/s: {why}")
+    return StepResult("weight-sync", FAIL, f"{summary}: below {min_gbps} GB/s: {why}", details)
 
 
 # ------------------------------------------------------------------------------------------------ hccl

@@ -152,6 +152,7 @@ class SyncTiming:
     post_load_seconds: float | None  # inside the quant methods' process_weights_after_loading
     bytes: int  # bf16 bytes handed to load_weights
     parameters: int
+    parts: dict | None = None  # rollout8.node.sync_timing's parts of the same sync (seconds), when measured
 
 
 def min_sync_gbps(env: dict) -> float:
