@@ -27,7 +27,7 @@ from conftest import REPO, docker_available, one_line
 
 from rollout8.lock import load_lock
 from rollout8.node.probe_job import read_verdict
-from rollout8.results import communicator
+from rollout8.results import communicator, sync_timing
 from rollout8.results.progress import read_progress
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
@@ -460,6 +460,30 @@ def test_every_rank_said_it_joined_its_communicator_and_progress_names_no_missin
     assert {s.node for s in groups[0].ranks.values()} == set(simcluster.NODES), groups
     progress = read_progress(demo_job / "driver.log", npus_per_node=spec["cluster"]["npus_per_node"])
     assert progress.joined == f"{world} of {world}" and progress.communicator == [], progress
+
+
+def test_every_rollout_rank_logs_each_weight_sync_by_part_and_progress_shows_the_last(demo_job):
+    """Issue 29: each rank of the real job writes one `rollout8: sync` line per sync (activation's wrappers around
+    verl's rollout_mode, the engine's load and FlashRL's requantization): every sync numbered, int8, its parts
+    adding up to its total, bytes moved, and the timing's own cost a small share of it."""
+    spec = yaml.safe_load(simcluster.SHIPPED_SPEC.read_text())
+    world = spec["cluster"]["nnodes"] * spec["cluster"]["npus_per_node"]
+    records = sync_timing.read(demo_job / "driver.log")
+    by_rank: dict[str, list] = {}
+    for record in records:
+        by_rank.setdefault(record.rank, []).append(record)
+    assert sorted(by_rank) == [str(r) for r in range(world)], sorted(by_rank)
+    assert {r.node for r in records} == set(simcluster.NODES)
+    progress = read_progress(demo_job / "driver.log")
+    for rank, syncs in by_rank.items():
+        numbers = sorted(r.n for r in syncs)
+        assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= len(progress.trained), (rank, numbers)
+        for r in syncs:
+            assert r.quant == "int8" and r.parts["requant"] > 0 and r.parts["load"] > 0, r
+            assert r.total == pytest.approx(sum(r.parts.values()), abs=0.002 * len(r.parts)), r
+            assert r.bytes > r.loaded_bytes > 0 and r.tensors > 0, r
+            assert r.overhead < 0.01 * r.total, r
+    assert progress.sync.startswith("last weight sync (n=") and f"{world} ranks" in progress.sync, progress.sync
 
 
 NPU_TOOLS = "/usr/local/Ascend/driver/tools"  # where openEuler's driver packages leave them, off sudo's secure_path
