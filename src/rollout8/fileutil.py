@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -451,3 +452,14 @@ def writing(output: str | Path) -> Iterator[Path]:
         if failure is not None:
             raise failure from exc
         raise
+
+
+def json_safe(obj):
+    """obj with every NaN or infinite float replaced by None (JSON has neither), through dicts and lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -8,9 +8,7 @@ OUT_DIR/summary.json. Metric names are verl's at the pinned commit (51d2104, sam
   (generation only, from the rollout worker), `perf/throughput` (tokens/s per device), `perf/time_per_step`
 - rollout correction (TIS): `rollout_corr/*` (rollout_corr_helper), `training/rollout_probs_diff_*`
   (verl.utils.debug.metrics, logged when the rollout returns log-probs)
-- weight sync by part: the `rollout8: sync` lines every rollout rank writes (rollout8.results.sync_timing); a
-  table, a stacked picture of the step (generation, sync by part, actor update, the rest) and the part whose
-  mean differs most between the baseline and each other run
+- weight sync by part: the ranks' `rollout8: sync` lines (rollout8.results.report_sync)
 """
 
 from __future__ import annotations
@@ -24,9 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import Rollout8Error
-from ..fileutil import staged_files
-from . import communicator, sync_timing
-from .verl_logs import RunLog, _walk, load_run, mode_from_config, read_manifest
+from ..fileutil import json_safe, staged_files
+from . import report_sync
+from .verl_logs import RunLog, load_run, mode_from_config, read_manifest
 
 VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>[^/]+)/mean@(?P<n>\d+)$")
 VAL_LEGACY = re.compile(r"^val/test_score/(?P<source>.+)$")
@@ -332,90 +330,6 @@ def figures(runs: list[RunLog], out: Path, notes: list[str]) -> list[tuple[str, 
     return written
 
 
-# ---------------------------------------------------------------------------------------------- weight sync
-def run_syncs(path: Path) -> list[sync_timing.SyncRecord]:
-    """The sync lines of a run: a log file (and the worker logs collected beside it) or every file under a run's
-    directory (bounded as the metrics' walk)."""
-    if path.is_file():
-        return sync_timing.read(path)
-    lines: list[str] = []
-    for file in _walk(path):
-        try:
-            lines += communicator.marked_lines(file, sync_timing.MARKER)
-        except OSError:
-            continue
-    return sync_timing.read_lines(lines)
-
-
-def sync_section(runs: list[RunLog], syncs: dict[str, sync_timing.Means | None], baseline: RunLog,
-                 notes: list[str]) -> tuple[str, list[str]]:
-    """The weight-sync table (HTML) and the sentences naming the largest difference to the baseline."""
-    if not any(syncs.values()):
-        notes.append("weight sync: no run has `rollout8: sync` lines (an image without rollout8's sync timing, "
-                     "ROLLOUT8_SYNC_TIMING=0, or only the first sync)")
-        return "", []
-    head = ["run", "quant", "syncs"] + [sync_timing.LABELS[p] for p in sync_timing.PARTS] + [
-        "total (s)", "MB sent", "MB loaded", "timing overhead (s)"]
-    body = []
-    for run in runs:
-        m = syncs.get(run.label)
-        if m is None:
-            notes.append(f"weight sync: {run.label} has no sync after the first")
-            continue
-        cells = [html.escape(run.label), html.escape(m.quant), str(m.syncs)]
-        cells += [f"{m.parts[p]:.4g}" for p in sync_timing.PARTS]
-        cells += [f"{m.total:.4g}", f"{m.bytes / 1e6:.4g}", f"{m.loaded_bytes / 1e6:.4g}", f"{m.overhead:.2g}"]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    findings = []
-    base = syncs.get(baseline.label)
-    for run in runs:
-        m = syncs.get(run.label)
-        if run is baseline or m is None or base is None:
-            continue
-        part, diff = sync_timing.largest_difference(m, base)
-        ratio = f", sync total {m.total / base.total:.3g}x" if base.total > 0 else ""
-        findings.append(f"{run.label} vs {baseline.label}: the largest difference is {sync_timing.LABELS[part]} "
-                        f"({diff:+.3g} s per sync{ratio})")
-    table = (f"<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{''.join(body)}</table>"
-             + "".join(f"<p><b>{html.escape(f)}</b></p>" for f in findings))
-    return table, findings
-
-
-def draw_step_parts(path: Path, runs: list[RunLog], syncs: dict[str, sync_timing.Means | None],
-                    skip_first: int) -> bool:
-    """One horizontal stacked bar per run: mean generation, each sync part, actor update and the rest of a step."""
-    from matplotlib.figure import Figure
-
-    bars = []
-    for run in runs:
-        m = syncs.get(run.label)
-        step = _mean_of(run, STEP_TIME, skip_first)
-        if m is None or step is None:
-            continue
-        gen = _mean_of(run, GEN_ONLY, skip_first) or 0.0
-        update = _mean_of(run, UPDATE_TIME, skip_first) or 0.0
-        segments = [("generation", gen)] + [(f"sync: {p}", m.parts[p]) for p in sync_timing.PARTS] + [
-            ("actor update", update)]
-        segments.append(("rest of the step", max(step - sum(v for _, v in segments), 0.0)))
-        bars.append((f"{run.label} ({run.mode or '?'})", segments))
-    if not bars:
-        return False
-    fig = Figure(figsize=(10, 1.2 + 0.8 * len(bars)), dpi=100, layout="constrained")
-    ax = fig.add_subplot(1, 1, 1)
-    colors = _colors(len(bars[0][1]))
-    for y, (_label, segments) in enumerate(bars):
-        left = 0.0
-        for (name, value), color in zip(segments, colors, strict=True):
-            ax.barh(y, value, left=left, color=color, label=name if y == 0 else None)
-            left += value
-    ax.set_yticks(range(len(bars)), [label for label, _ in bars])
-    ax.set_xlabel(f"seconds per step (mean, first {skip_first} step(s) left out)")
-    ax.set_title("Where a step's time goes: generation, weight sync by part, actor update", fontsize=10)
-    ax.legend(fontsize=7, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(bars) < 3 else -0.2))
-    fig.savefig(path)
-    return True
-
-
 # ---------------------------------------------------------------------------------------------- page
 def _fmt(value, digits: int = 4) -> str:
     if value is None:
@@ -491,8 +405,7 @@ first {skip_first} step(s) left out as warm-up; in brackets a 95% paired bootstr
 In brackets after a final accuracy: the difference to the baseline's.
 timing_s/gen includes the weight sync into the rollout engine and the engine's wake-up/sleep; generate_sequences
 is generation alone; the column after it is their difference.</small></p>
-{f"<h2>Weight sync by part</h2>{sync_table}<p><small>Mean seconds per sync and rollout rank, each rank's first "
- "sync left out (the engine's warm-up), from the ranks' `rollout8: sync` lines.</small></p>" if sync_table else ""}
+{sync_table}
 <h2>Notes</h2><ul class="notes">{note_items}</ul>
 <h2>Pictures</h2>
 {"".join(imgs)}
@@ -565,32 +478,17 @@ def build(run_paths: list[Path], out: Path, labels: list[str] | None = None, mod
                          "found); pass --mode")
     rows, summary_notes = summarize(runs, baseline, skip_first)
     notes += summary_notes
-    syncs = {run.label: sync_timing.means(run_syncs(path), skip_first)
-             for run, path in zip(runs, run_paths, strict=True)}
-    sync_table, sync_findings = sync_section(runs, syncs, baseline, notes)
+    sync = report_sync.section(runs, run_paths, baseline, notes, skip_first)
     # Everything is written beside OUT first and moved in only once complete (report.html last): a failure
     # half-way leaves OUT as it was, never PNGs without their page.
     with staged_files(out) as stage:
         pictures = figures(runs, stage, notes)
-        if sync_table and draw_step_parts(stage / "sync.png", runs, syncs, skip_first):
-            pictures.append(("Step time by part: generation, weight sync by part, actor update",
-                             stage / "sync.png"))
-        page = render_html(title, runs, rows, notes, pictures, skip_first, sync_table)
+        pictures += report_sync.picture(stage, runs, rows, sync, skip_first)
+        page = render_html(title, runs, rows, notes, pictures, skip_first, sync.table)
         summary = {"title": title, "baseline": baseline.label, "skip_first": skip_first,
-                   "runs": [row.to_dict() for row in rows],
-                   "sync": {label: m.to_json() if m else None for label, m in syncs.items()},
-                   "sync_findings": sync_findings,
+                   "runs": [row.to_dict() for row in rows], **sync.summary(),
                    "notes": notes, "pictures": [p.name for _, p in pictures]}
-        (stage / "summary.json").write_text(json.dumps(_nan_to_none(summary), indent=2), encoding="utf-8")
+        (stage / "summary.json").write_text(json.dumps(json_safe(summary), indent=2), encoding="utf-8")
         (stage / "report.html").write_text(page, encoding="utf-8")
     return summary
 
-
-def _nan_to_none(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_nan_to_none(v) for v in obj]
-    return obj
