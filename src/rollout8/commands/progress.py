@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
                           "line": progress_line(job, args.state or "?", progress)}))
     else:
         print(progress_line(job, args.state or "?", progress))
+        if progress.sync:
+            print(progress.sync)
         if progress.cause and args.state not in ("RUNNING", "SUCCEEDED"):
             print(f"cause: {progress.cause}")
     return 0

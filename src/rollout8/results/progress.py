@@ -164,5 +164,4 @@ def progress_line(job: str, state: str, p: Progress) -> str:
     if p.resumed_from:
         where += f" (resumed from the step-{p.resumed_from} checkpoint)"
     stuck = "".join(f"; {line}" for line in p.communicator)
-    sync = f"; {p.sync}" if p.sync else ""
-    return f"job {job} {state}: {where}{stuck}{sync}"
+    return f"job {job} {state}: {where}{stuck}"
