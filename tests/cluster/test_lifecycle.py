@@ -275,6 +275,7 @@ def test_every_cpu_bridge_is_loaded_in_the_workers(lifecycle):
 def test_preflight_refuses_a_shared_dir_that_is_not_shared(sim_cluster):
     """cluster.shared_dir on a directory each node has on its own disk (/tmp), or on none: refused in preflight,
     naming the nodes, before anything is deployed."""
+    stop_leftover_jobs(sim_cluster)  # a lifecycle job still running (its fixture failed) would be guarded first
     spec = yaml.safe_load(lifecycle_spec(sim_cluster).read_text())
     for shared_dir, expected in (("/tmp", [f"{w}: /tmp (cluster.shared_dir) is not shared with rollout8-sim-head"
                                             for w in ("rollout8-sim-w1", "rollout8-sim-w2")]),
