@@ -74,7 +74,7 @@ def test_weight_sync_step_reports_the_parts_a_jobs_sync_lines_carry(accept_run):
     assert sync["ok"], sync
     parts = sync["parts"]
     assert parts["requant"] > 0 and parts["load"] > 0 and parts["postload"] > 0, parts
-    [line] = sync_timing.read_lines(accept_run.log.read_text(errors="replace").splitlines())
+    [line] = sync_timing.read_lines(accept_run.stdout.splitlines())  # the worker's stderr
     assert line.quant == "int8" and line.bytes == sync["bytes"] and 0 < line.loaded_bytes < line.bytes
     assert line.parts["requant"] == pytest.approx(parts["requant"], abs=1e-3)
     timing = accept_npu.SyncTiming(sync["seconds"], sync.get("post_load_seconds"), sync["bytes"],
