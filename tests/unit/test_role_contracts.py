@@ -117,3 +117,15 @@ def test_the_inline_python_check_sees_one():
 def test_node_modules_parse_as_python_37(module):
     """ansible/library runs on the node's own Python: its syntax must be Python 3.7's."""
     ast.parse(module.read_text(), str(module), feature_version=(3, 7))
+
+
+def test_every_ansible_yaml_file_parses():
+    """A task name with an unquoted ': ' is a YAML error that Ansible reports only when it loads the file, i.e. in
+    the middle of a play on a cluster: every playbook, role and inventory YAML must load here."""
+    broken = []
+    for path in sorted((REPO / "ansible").rglob("*.yml")):
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            broken.append(f"{path.relative_to(REPO)}: {str(exc).splitlines()[0]}")
+    assert broken == []
