@@ -100,10 +100,11 @@ def test_flashrl_patches_apply_once(flashrl_tree):
     assert {r.state for r in patches.patch_status(flashrl_tree, "flash_rl")} == {patches.NOT_APPLIED}
 
     shipped = patches.find_patches("flash_rl")
-    assert [p.path.name for p in shipped][:5] == ["0001-int8-quantizer-device.patch",
+    assert [p.path.name for p in shipped][:6] == ["0001-int8-quantizer-device.patch",
                                                   "0002-reload-on-param-device.patch", "0003-setup-append-bf16.patch",
                                                   "0004-int8-requant-in-row-blocks.patch",
-                                                  "0005-record-column-parallel-loader.patch"]
+                                                  "0005-record-column-parallel-loader.patch",
+                                                  "0006-sync-gc-only-when-params-replaced.patch"]
     first = patches.apply_patches(flashrl_tree, "flash_rl")
     assert [r.action for r in first] == ["applied now"] * len(shipped)
     patched = _snapshot(flashrl_tree)
@@ -176,3 +177,55 @@ def test_cli_apply_check_and_exit_codes(verl_pristine, flashrl_pristine, tmp_pat
     refused = cli("apply", "--target", str(target), "--component", "flash_rl")
     assert refused.returncode == PatchError.exit_code
     assert "0003-setup-append-bf16.patch" in refused.stderr and str(commands) in refused.stderr
+
+
+def _diff(tmp_path: Path, before: str, after: str) -> str:
+    a, b = tmp_path / "a" / "flash_rl", tmp_path / "b" / "flash_rl"
+    for folder, text in ((a, before), (b, after)):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hook.py").write_text(text)
+    out = subprocess.run(["git", "diff", "--no-index", "a/flash_rl/hook.py", "b/flash_rl/hook.py"], cwd=tmp_path,
+                         capture_output=True, text=True, check=False).stdout
+    return out.replace("a/a/flash_rl", "a/flash_rl").replace("b/b/flash_rl", "b/flash_rl")
+
+
+def test_a_later_patch_may_change_an_earlier_ones_context(tmp_path):
+    """0006 changes a line that 0002 keeps as context (FlashRL's sync hook): git apply --check alone then finds 0002
+    neither applied nor applicable once both are in. The series is judged as a stack: applies once, re-runs are
+    no-ops, and a tree with only the first patch gets only the second."""
+    lines = [f"line{i} = {i}\n" for i in range(12)]
+    base = "".join(lines)
+    first = base.replace("line6 = 6\n", "line6 = 6  # rollout8-patch: one\n")
+    second = first.replace("line5 = 5\n", "line5 = 55  # rollout8-patch: two\n")  # inside the first's context
+    root = tmp_path / "patches" / "flash_rl"
+    root.mkdir(parents=True)
+    header = "rollout8 patch: {0}\n\nApplies to: hook.py\nWhat it fixes: a test\n\n"
+    (root / "0001-one.patch").write_text(header.format("one") + _diff(tmp_path / "d1", base, first))
+    (root / "0002-two.patch").write_text(header.format("two") + _diff(tmp_path / "d2", first, second))
+
+    def tree(text):
+        target = tmp_path / f"t{len(list(tmp_path.glob('t*')))}"
+        (target / "flash_rl").mkdir(parents=True)
+        (target / "flash_rl" / "hook.py").write_text(text)
+        return target
+
+    patches_root = tmp_path / "patches"
+    pristine = tree(base)
+    assert [r.state for r in patches.patch_status(pristine, "flash_rl", patches_root)] == [patches.NOT_APPLIED] * 2
+    assert [r.action for r in patches.apply_patches(pristine, "flash_rl", patches_root)] == ["applied now"] * 2
+    assert (pristine / "flash_rl" / "hook.py").read_text() == second
+    again = patches.apply_patches(pristine, "flash_rl", patches_root)
+    assert [r.action for r in again] == ["already applied (no-op)"] * 2
+    assert [r.state for r in patches.patch_status(pristine, "flash_rl", patches_root)] == [patches.APPLIED] * 2
+
+    older = tree(first)  # an image built before the second patch existed
+    assert [r.state for r in patches.patch_status(older, "flash_rl", patches_root)] == [patches.APPLIED,
+                                                                                         patches.NOT_APPLIED]
+    assert [r.action for r in patches.apply_patches(older, "flash_rl", patches_root)] == [
+        "already applied (no-op)", "applied now"]
+    assert (older / "flash_rl" / "hook.py").read_text() == second
+
+    edited = tree(base.replace("line6 = 6\n", "line6 = 7\n"))
+    with pytest.raises(PatchError, match=r"0001-one\.patch"):
+        patches.apply_patches(edited, "flash_rl", patches_root)
+    assert (edited / "flash_rl" / "hook.py").read_text() == base.replace("line6 = 6\n", "line6 = 7\n")

@@ -8,6 +8,12 @@ Each patch is in one of three states on a target, decided with `git apply --chec
 - not applied: the patch applies cleanly (the upstream file is as the patch expects);
 - drifted:     neither (a different upstream version, or the file was edited by hand).
 
+Patches of one component form a series applied in name order, and a later one may change lines that an earlier
+one keeps as context (FlashRL's weight-sync hook carries several): with both applied, `git apply --check` alone
+finds the earlier one neither applied nor applicable. So the series is judged as a stack, on a scratch copy of
+the files it touches: the applied patches are peeled off from the last to the first, then each is judged on the
+state its predecessors leave, as `apply` would meet it.
+
 `apply` checks every selected patch first and changes nothing if one has drifted; then it applies
 the ones not applied yet. A second `apply` is a no-op and says so.
 """
@@ -18,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,44 +101,63 @@ def find_patches(component: str = ALL, root: Path | None = None) -> list[Patch]:
     return found
 
 
-def patch_state(patch: Patch, target: Path) -> PatchResult:
-    """The state of one patch on `target` (the directory that contains verl/ or flash_rl/). Changes nothing."""
-    target = _check_target(Path(target), patch.component)
-    reverse = _git_apply(patch, target, "--check", "--reverse")
-    if reverse.returncode == 0:
-        return PatchResult(patch, target, APPLIED)
-    forward = _git_apply(patch, target, "--check")
-    if forward.returncode == 0:
-        return PatchResult(patch, target, NOT_APPLIED)
-    return PatchResult(patch, target, DRIFTED, detail=_first_error(forward))
-
-
 def patch_status(target: Path, component: str = ALL, root: Path | None = None) -> list[PatchResult]:
     """The state of every selected patch on `target`. Changes nothing."""
-    return [patch_state(p, target) for p in find_patches(component, root)]
+    return _series_states(find_patches(component, root), target)
 
 
-def apply_patch(patch: Patch, target: Path) -> PatchResult:
-    """Apply one patch unless it is already applied; PatchError (nothing changed) if it drifted."""
-    state = patch_state(patch, target)
-    if state.state == DRIFTED:
-        raise PatchError(_drift_message(state))
-    if state.state == APPLIED:
-        return PatchResult(patch, state.target, APPLIED, action="already applied (no-op)")
-    done = _git_apply(patch, state.target)
-    if done.returncode != 0:  # checked a moment ago, so only a concurrent edit gets here
-        raise PatchError(f"patch {patch.name} failed on {state.target}: {_first_error(done)}")
-    return PatchResult(patch, state.target, APPLIED, action="applied now")
+def _series_states(patches: list[Patch], target: Path) -> list[PatchResult]:
+    """The states of a series (in apply order), each judged where `apply` meets it: on a scratch copy of the files,
+    the applied patches are reversed from the last to the first (a later one restores the context of an earlier),
+    then the series is replayed from the first: an applied patch is put back, an unapplied one is checked and
+    applied on the copy so that the next one sees its predecessors."""
+    states: dict[int, PatchResult] = {}
+    by_component: dict[str, list[int]] = {}
+    for i, patch in enumerate(patches):
+        by_component.setdefault(patch.component, []).append(i)
+    for component, indexes in by_component.items():
+        real = _check_target(Path(target), component)
+        with tempfile.TemporaryDirectory(prefix="rollout8-patches-") as tmp:
+            scratch = Path(tmp) / "target"
+            (scratch / COMPONENTS[component]).mkdir(parents=True)
+            for rel in sorted({f for i in indexes for f in patches[i].files}):
+                if (real / rel).is_file():
+                    (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(real / rel, scratch / rel)
+            applied = set()
+            for i in reversed(indexes):
+                if _git_apply(patches[i], scratch, "--reverse").returncode == 0:
+                    applied.add(i)
+            for i in indexes:
+                if i in applied:
+                    states[i] = PatchResult(patches[i], real, APPLIED)
+                    _git_apply(patches[i], scratch)
+                    continue
+                forward = _git_apply(patches[i], scratch)
+                if forward.returncode == 0:
+                    states[i] = PatchResult(patches[i], real, NOT_APPLIED)
+                else:
+                    states[i] = PatchResult(patches[i], real, DRIFTED, detail=_first_error(forward))
+    return [states[i] for i in range(len(patches))]
 
 
 def apply_patches(target: Path, component: str = ALL, root: Path | None = None) -> list[PatchResult]:
     """Apply every selected patch once. Checks all first: on drift, raises PatchError and changes nothing."""
     patches = find_patches(component, root)
-    states = [patch_state(p, target) for p in patches]
+    states = _series_states(patches, target)
     drifted = [s for s in states if s.state == DRIFTED]
     if drifted:
         raise PatchError(" | ".join(_drift_message(s) for s in drifted))
-    return [apply_patch(p, target) for p in patches]
+    results = []
+    for state in states:
+        if state.state == APPLIED:
+            results.append(PatchResult(state.patch, state.target, APPLIED, action="already applied (no-op)"))
+            continue
+        done = _git_apply(state.patch, state.target)
+        if done.returncode != 0:  # checked a moment ago, so only a concurrent edit gets here
+            raise PatchError(f"patch {state.patch.name} failed on {state.target}: {_first_error(done)}")
+        results.append(PatchResult(state.patch, state.target, APPLIED, action="applied now"))
+    return results
 
 
 def _components(component: str) -> list[str]:
