@@ -140,7 +140,11 @@ SAMPLES = {f"{name}-{sampler}": params for sampler in ("flashrl", "stock") for n
 SAMPLER_STEPS = [*(f"sample:{n}" for n in SAMPLES if n.endswith("-flashrl")), "sampler:stock",
                  *(f"sample:{n}" for n in SAMPLES if n.endswith("-stock")), "sampler:flashrl"]
 MAIN_STEPS = ["generate:gen0", *SAMPLER_STEPS, "dump:initial", "reload:reload1", "generate:gen1", "reload:reload2",
-              "generate:gen2", "reload-perturbed:drift", "reload:restore", "reload-default-device:device",
+              "generate:gen2", "reload-perturbed:drift", "reload:restore",
+              # patches/flash_rl/0006: a sync needs no full collection unless its post-load replaced a parameter
+              "reload-gc-audit:gc_skip", "setenv:ROLLOUT8_FLASHRL_FULL_GC=1", "reload-gc-audit:gc_full",
+              "setenv:ROLLOUT8_FLASHRL_FULL_GC=0", "reload-gc-audit-replacing:gc_replaced",
+              "reload-default-device:device",
               # last, it breaks the reload on purpose: upstream's allocation, through the patch's escape hatch
               "setenv:ROLLOUT8_FLASHRL_HOST_RELOAD=1", "reload-default-device:device_host"]
 

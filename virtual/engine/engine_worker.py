@@ -99,6 +99,51 @@ def describe(model) -> dict:
     }
 
 
+def gc_audit(model, sync, replacing: bool = False) -> dict:
+    """Run one sync while counting the process's full (generation 2) collections, then list what the sync left
+    to the cycle collector (gc.DEBUG_SAVEALL keeps it for inspection): tensors there are buffers that only a full
+    collection would free. With `replacing`, the sync's post-load step also re-registers one parameter whose old
+    object is in a reference cycle, the case in which FlashRL's collection is needed (patches/flash_rl/0006)."""
+    import gc
+
+    import torch
+    from vllm.model_executor.model_loader import utils as loader_utils
+
+    full = []
+
+    def count(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full.append(1)
+
+    original_postload = loader_utils.process_weights_after_loading
+    if replacing:
+        def postload_replacing(target, *args, **kwargs):
+            result = original_postload(target, *args, **kwargs)
+            # not the model's last parameter: FlashRL's hook keeps that one in a local until it returns
+            norm = target.model.layers[0].input_layernorm
+            old = norm.weight
+            old.rollout8_cycle = old  # the old object keeps itself alive until a full collection
+            norm.weight = torch.nn.Parameter(old.data, requires_grad=False)
+            return result
+        loader_utils.process_weights_after_loading = postload_replacing
+    gc.collect()  # start from a clean heap: what is found afterwards is this sync's
+    gc.callbacks.append(count)
+    try:
+        info = sync()
+    finally:
+        gc.callbacks.remove(count)
+        loader_utils.process_weights_after_loading = original_postload
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, torch.Tensor)]
+        left_bytes = sum(t.untyped_storage().nbytes() for t in left)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    return {**info, "full_collections": len(full), "left_tensors": len(left), "left_bytes": left_bytes}
+
+
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
@@ -217,6 +262,10 @@ def main(spec_path: str) -> int:
                 if "bf16" not in in_memory:
                     in_memory["bf16"] = dict(checkpoint_weights(bf16_dir))
                 record(label, ok=True, **reload(in_memory["bf16"].items()))
+            elif kind in ("reload-gc-audit", "reload-gc-audit-replacing"):
+                record(label, ok=True, **gc_audit(model, lambda: reload(checkpoint_weights(bf16_dir)),
+                                                  replacing=kind.endswith("replacing")))
+                dump(label)
             elif kind == "reload-perturbed":
                 weights = perturbed(bf16_dir, **spec["perturb"])
                 torch.save(weights, out / "perturbed.pt")
