@@ -5,9 +5,10 @@
    run also starts from nothing cached: the project's images and .cache/wheelhouse, .cache/debootstrap are removed
    first (a full rebuild: about 15 minutes and a 3.4 GB download), which is the fresh-machine figure.
 2. `make demo-compare`'s two runs, int8 (FlashRL) and bf16 rollouts of the same spec and seed on the same 3 nodes,
-   one after the other: mean step time, generation and actor update per step (steps after the first: warm-up),
-   and the weight sync by part (the ranks' `rollout8: sync` lines: mean per sync and rank, first sync left out),
-   with the sync timing's own estimated cost.
+   one after the other, then a third, the int8 run with FlashRL's sync as upstream ran it (a full gc.collect() at
+   every sync: patches/flash_rl/0006's escape hatch), the "before" of the int8 sync: mean step time, generation
+   and actor update per step (steps after the first: warm-up), and the weight sync by part (the ranks'
+   `rollout8: sync` lines: mean per sync and rank, first sync left out), with the sync timing's own estimated cost.
 A failing run is an error, not a number. Needs a Docker engine (no rows without one). The cluster stays up.
 """
 
@@ -74,25 +75,27 @@ def bench(work_dir: Path) -> list[dict]:
     rows = [{"name": "make demo", "a_label": "first run" + (" (nothing cached)" if fresh else " (fresh nodes, "
              "images cached)"), "a": first, "b_label": "warm re-run", "b": again, "unit": "s",
              "note": "goals: first run <= 900 s on 2 cores from nothing cached, warm re-run <= 180 s"}]
-    _timed(["compare", "-e", "rollout8_relaunch=true"])
-    jobs = sorted((p.parent for p in (simcluster.DEMO_WORK / "logs").glob("*-verl-*/driver.log")),
-                  key=lambda p: p.stat().st_mtime)
-    bf16 = next(j for j in reversed(jobs) if "-bf16-" in j.name)
-    int8 = next(j for j in reversed(jobs) if "-bf16-" not in j.name)
+    spec = simcluster.demo_spec()
+    jobs = simcluster.run_jobs([("int8", spec), ("bf16", simcluster.bf16_twin(spec, simcluster.DEMO_WORK)),
+                                ("int8-fullgc", simcluster.full_gc_twin(spec, simcluster.DEMO_WORK))],
+                               "-e", "rollout8_relaunch=true")
+    if isinstance(jobs, int):
+        raise RuntimeError(f"a compare run failed (exit {jobs}): see {simcluster.DEMO_WORK / 'last-playbook.log'}")
+    int8, bf16, before = (jobs[label][0] for label in ("int8", "bf16", "int8-fullgc"))
     a, b = _step_means(int8), _step_means(bf16)
     for key, label in STEP_KEYS:
         rows.append({"name": f"verl GRPO on 3 simulated nodes: {label} ({key}, mean of steps 2+)",
                      "a_label": "int8 rollouts", "a": a[key], "b_label": "bf16 rollouts", "b": b[key], "unit": "s",
                      "note": "CPU stand-in: vLLM's int8 matmuls here are torch ops, not NPU kernels"})
-    rows += _sync_rows(int8, bf16)
+    rows += _sync_rows(int8, bf16, before)
     return rows
 
 
-def _sync_rows(int8: Path, bf16: Path) -> list[dict]:
+def _sync_rows(int8: Path, bf16: Path, before: Path) -> list[dict]:
     from rollout8.results import sync_timing
 
     means = {}
-    for label, job in (("int8", int8), ("bf16", bf16)):
+    for label, job in (("int8", int8), ("bf16", bf16), ("before", before)):
         means[label] = sync_timing.means(sync_timing.read(job / "driver.log"))
         if means[label] is None:
             raise RuntimeError(f"{job}: no `rollout8: sync` line after the first sync (worker logs collected?)")
@@ -103,6 +106,15 @@ def _sync_rows(int8: Path, bf16: Path) -> list[dict]:
             for part in sync_timing.PARTS]
     rows.append({"name": "weight sync on 3 simulated nodes: total", "a_label": "int8 rollouts", "a": a.total,
                  "b_label": "bf16 rollouts", "b": b.total, "unit": "s", "note": "goal: int8 <= 1.1x bf16"})
+    # before: the same int8 run with FlashRL's full gc.collect() at every sync, as upstream (patches/flash_rl/0006's
+    # escape hatch ROLLOUT8_FLASHRL_FULL_GC=1), in the same bench run
+    old = means["before"]
+    rows.append({"name": "weight sync on 3 simulated nodes: total, before patch 0006 (upstream's collection)",
+                 "a_label": "int8 rollouts", "a": old.total, "b_label": "bf16 rollouts", "b": b.total, "unit": "s",
+                 "note": f"mean over {old.syncs} syncs; the row above is after"})
+    rows.append({"name": "weight sync on 3 simulated nodes: int8 load into the engine, before vs after 0006",
+                 "a_label": "before", "a": old.parts["load"], "b_label": "after", "b": a.parts["load"], "unit": "s",
+                 "note": "FlashRL's full gc.collect() per sync, skipped when no parameter was replaced"})
     rows.append({"name": "weight sync timing: its own cost against the int8 sync it times", "a_label": "timing",
                  "a": a.overhead, "b_label": "int8 sync", "b": a.total, "unit": "s",
                  "note": "estimated: enter/leave events x their cost measured in the rank's process"})

@@ -7,7 +7,9 @@ model.load_weights ROUNDS times per contender, the contenders interleaved:
 
 - patched: patches/flash_rl as shipped (reload buffers on the parameters' device);
 - upstream allocation: the same process with ROLLOUT8_FLASHRL_HOST_RELOAD=1, the patch's escape hatch that
-  restores upstream's device-less torch.empty (host memory).
+  restores upstream's device-less torch.empty (host memory);
+- upstream collection: ROLLOUT8_FLASHRL_FULL_GC=1, patch 0006's escape hatch: FlashRL's full gc.collect() at
+  every sync (its own row).
 The stock wheel itself cannot be timed here: its quantizer calls torch.cuda.current_device() and the first sync
 fails on a machine without CUDA (stack-facts trap 4; the engine tier shows it).
 
@@ -31,6 +33,7 @@ ENGINE_VENV = Path(os.environ.get("ENGINE_VENV", REPO / ".cache" / "engine-venv"
 PRESET = os.environ.get("ROLLOUT8_BENCH_RELOAD_PRESET", "bench-0.5b")
 ROUNDS = int(os.environ.get("ROLLOUT8_BENCH_RELOAD_ROUNDS", "6"))
 HOST_RELOAD = "ROLLOUT8_FLASHRL_HOST_RELOAD"
+FULL_GC = "ROLLOUT8_FLASHRL_FULL_GC"
 
 
 def _rollout8(*args: str) -> None:
@@ -51,10 +54,11 @@ def bench(work_dir: Path) -> list[dict]:
     _rollout8("setup", "--fn", "int8", "-m", str(pair_dir / "int8"), "-p", str(profile), "-o", str(config))
 
     steps = ["time-reload:warmup"]
-    for i in range(ROUNDS):  # interleaved, and the order flips each round so neither always goes first
-        pair_steps = [[f"setenv:{HOST_RELOAD}=0", f"time-reload:patched{i}"],
-                      [f"setenv:{HOST_RELOAD}=1", f"time-reload:host{i}"]]
-        for group in pair_steps if i % 2 == 0 else pair_steps[::-1]:
+    for i in range(ROUNDS):  # interleaved, and the order rotates each round so none always goes first
+        groups = [[f"setenv:{HOST_RELOAD}=0", f"setenv:{FULL_GC}=0", f"time-reload:patched{i}"],
+                  [f"setenv:{HOST_RELOAD}=1", f"setenv:{FULL_GC}=0", f"time-reload:host{i}"],
+                  [f"setenv:{HOST_RELOAD}=0", f"setenv:{FULL_GC}=1", f"time-reload:fullgc{i}"]]
+        for group in groups[i % 3:] + groups[:i % 3]:
             steps += group
     out = work_dir / "engine"
     out.mkdir()
@@ -80,12 +84,18 @@ def bench(work_dir: Path) -> list[dict]:
     patched = [steps_done[f"patched{i}"]["seconds"] for i in range(ROUNDS)]
     host = [steps_done[f"host{i}"]["seconds"] for i in range(ROUNDS)]
     start = steps_done["start"]
-    print(f"bench_reload: per-sync seconds, patched {patched}, upstream allocation {host}")
+    fullgc = [steps_done[f"fullgc{i}"]["seconds"] for i in range(ROUNDS)]
+    print(f"bench_reload: per-sync seconds, patched {patched}, upstream allocation {host}, "
+          f"upstream collection {fullgc}")
     note = (f"{PRESET} pair, int8 engine on {start['param_devices']}, median of {ROUNDS} interleaved syncs; "
             "on a CPU both allocate in host memory, so ~1x is expected (the saving exists on an accelerator)")
     return [{"name": f"FlashRL weight sync (reload), {PRESET}", "a_label": "patched (param device)",
              "a": statistics.median(patched), "b_label": "upstream allocation (host)",
-             "b": statistics.median(host), "unit": "s", "note": note}]
+             "b": statistics.median(host), "unit": "s", "note": note},
+            {"name": f"FlashRL weight sync (reload), {PRESET}: the full gc.collect() per sync (patch 0006)",
+             "a_label": "patched (collect only if a parameter was replaced)", "a": statistics.median(patched),
+             "b_label": "upstream (collect every sync)", "b": statistics.median(fullgc), "unit": "s",
+             "note": f"median of {ROUNDS} interleaved syncs in one engine process (vLLM, torch loaded)"}]
 
 
 if __name__ == "__main__":

@@ -164,13 +164,14 @@ def demo(*playbook_args: str) -> int:
     return 0
 
 
-def compare(*playbook_args: str) -> int:
-    """`make demo-compare`: the demo's int8 run and its bf16 twin through train.yml, then `rollout8 report`."""
+def run_jobs(specs: list[tuple[str, Path]], *playbook_args: str) -> dict[str, tuple[Path, Path]] | int:
+    """Each (label, run spec) through train.yml on the demo's cluster, one after the other: {label: (job logs,
+    plan)}, or the exit code of the first run that failed."""
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     cluster_and_image()
     runtime = image_args()
     jobs = {}
-    for label, spec in (("int8", demo_spec()), ("bf16", bf16_twin(demo_spec(), DEMO_WORK))):
+    for label, spec in specs:
         print(f">> {label} run: {spec.relative_to(REPO)} through ansible/train.yml", file=sys.stderr)
         run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime,
                            "-e", "rollout8_job_kind=verl", "-e", "rollout8_verify_follow=true", *playbook_args,
@@ -180,6 +181,14 @@ def compare(*playbook_args: str) -> int:
                   file=sys.stderr)
             return run.rc
         jobs[label] = (latest_job_logs(DEMO_WORK), DEMO_WORK / spec.stem / "rollout8-plan.json")
+    return jobs
+
+
+def compare(*playbook_args: str) -> int:
+    """`make demo-compare`: the demo's int8 run and its bf16 twin through train.yml, then `rollout8 report`."""
+    jobs = run_jobs([("int8", demo_spec()), ("bf16", bf16_twin(demo_spec(), DEMO_WORK))], *playbook_args)
+    if isinstance(jobs, int):
+        return jobs
     out = DEMO_WORK / "compare"
     cli = str(REPO / ".venv" / "bin" / "rollout8")
     args = [cli, "report", str(jobs["bf16"][0]), str(jobs["int8"][0]), "--config", str(jobs["bf16"][1]),
