@@ -70,17 +70,32 @@ def demo_spec() -> Path:
 def full_gc_twin(spec_path: Path, out: Path) -> Path:
     """The same int8 run with FlashRL's sync as upstream ran it: a full gc.collect() at every sync
     (ROLLOUT8_FLASHRL_FULL_GC=1, the escape hatch of patches/flash_rl/0006): the "before" of `make bench`."""
+    spec = _renamed(spec_path, "fullgc", "with upstream FlashRL's full collection at every sync (bench)")
+    spec["env"] = {**spec.get("env", {}), "ROLLOUT8_FLASHRL_FULL_GC": "1"}
+    return _write_twin(spec, spec_path, out, "fullgc")
+
+
+def from_scratch(spec_path: Path, out: Path) -> Path:
+    """The same run under its own name (own checkpoints, own deploy root) that never resumes: a benchmark's runs
+    train the same steps from step 0 whatever checkpoints earlier runs of the spec left on the shared directory
+    (a relaunch of the spec itself resumes from them: its checkpoints are found by the run's name)."""
+    spec = _renamed(spec_path, "scratch", "from step 0, never resumed (bench)")
+    spec["verl"]["trainer.resume_mode"] = "disable"
+    return _write_twin(spec, spec_path, out, "scratch")
+
+
+def _renamed(spec_path: Path, suffix: str, what: str) -> dict:
+    """The spec with its paths made absolute, its name, deploy root and experiment suffixed."""
     spec = yaml.safe_load(spec_path.read_text())
     base = spec_path.parent
-    spec["name"] = spec["name"] + "-fullgc"
-    spec["description"] = f"{spec_path.name} with upstream FlashRL's full collection at every sync (bench)"
+    spec["description"] = f"{spec_path.name} {what}"
     spec["model"] = {k: (str((base / v).resolve()) if k in ("bf16", "int8", "profile") else v)
                      for k, v in spec["model"].items()}
     spec["data"] = {k: str((base / v).resolve()) for k, v in spec["data"].items()}
-    spec["deploy"]["root"] = spec["deploy"]["root"].rstrip("/") + "-fullgc"
+    spec["name"] = f"{spec['name']}-{suffix}"
+    spec["deploy"]["root"] = spec["deploy"]["root"].rstrip("/") + f"-{suffix}"
     spec["verl"]["trainer.experiment_name"] = spec["name"]
-    spec["env"] = {**spec.get("env", {}), "ROLLOUT8_FLASHRL_FULL_GC": "1"}
-    return _write_twin(spec, spec_path, out, "fullgc")
+    return spec
 
 
 def _write_twin(spec: dict, spec_path: Path, out: Path, suffix: str) -> Path:

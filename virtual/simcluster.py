@@ -88,7 +88,7 @@ from sim_nodes import (
     up,
     write_inventory,
 )
-from sim_runs import MODEL_PRESET, SHIPPED_SPEC, bf16_twin, demo_spec, full_gc_twin, prepare_run
+from sim_runs import MODEL_PRESET, SHIPPED_SPEC, bf16_twin, demo_spec, from_scratch, full_gc_twin, prepare_run
 
 __all__ = [
     # sim_images
@@ -105,7 +105,8 @@ __all__ = [
     "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export", "prerequisites",
     "run_playbook", "up", "write_inventory",
     # sim_runs
-    "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "full_gc_twin", "prepare_run",
+    "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "from_scratch", "full_gc_twin",
+    "prepare_run",
     # sim_demo
     "DEMO_WORK", "compare", "demo", "job_kind", "run_jobs", "latest_job_logs", "probe_verdict", "verl_verdict",
 ]
