@@ -1,10 +1,10 @@
 """The run specs the simulated cluster trains, and the artifacts they name.
 
 What this module owns: the shipped demo spec configs/runs/tiny-cpu.yaml (`demo_spec`), the tests' copy of it with
-its own name, deploy root and artifacts (`prepare_run`), its bf16 twin for `make demo-compare` (`bf16_twin`), its
-upstream-collection twin for `make bench` (`full_gc_twin`), and
-the tiny Qwen2 pair and parquet data they need (`rollout8 make-test-model`, `rollout8 make-test-data`), each
-built once. The profile is not made here: that is the Ansible plan role's job.
+its own name, deploy root and artifacts (`prepare_run`), its bf16 twin for `make demo-compare` (`bf16_twin`), for
+`make bench` its upstream-collection twin (`full_gc_twin`) and never-resuming copies (`from_scratch`), and the tiny
+Qwen2 pair and parquet data they need (`rollout8 make-test-model`, `rollout8 make-test-data`), each built once.
+The profile is not made here: that is the Ansible plan role's job.
 """
 
 from __future__ import annotations
