@@ -168,7 +168,7 @@ def line(sync: Sync, n: int, rank: str, node: str, overhead: float, now: float) 
     parts = " ".join(f"{part}_s={sync.seconds[part]:.4f}" for part in PARTS)
     loaded = sync.loaded_bytes if sync.quant else sync.bytes
     return (f"{MARKER} n={n} rank={rank} node={node} quant={sync.quant or 'bf16'} {parts} total_s={sync.total:.4f} "
-            f"bytes={sync.bytes} loaded_bytes={loaded} tensors={sync.tensors} overhead_s={overhead:.4f} t={now:.3f}")
+            f"bytes={sync.bytes} loaded_bytes={loaded} tensors={sync.tensors} overhead_s={overhead:.6f} t={now:.3f}")
 
 
 def _begin() -> Sync:
