@@ -141,6 +141,16 @@ def _series_states(patches: list[Patch], target: Path) -> list[PatchResult]:
     return [states[i] for i in range(len(patches))]
 
 
+def apply_patch(patch: Patch, target: Path) -> PatchResult:
+    """Apply one patch on its own (a subset of the series: tests) unless applied; PatchError if it drifted."""
+    [state] = _series_states([patch], target)
+    if state.state == DRIFTED:
+        raise PatchError(_drift_message(state))
+    if state.state == APPLIED:
+        return PatchResult(patch, state.target, APPLIED, action="already applied (no-op)")
+    return _apply_checked(state)
+
+
 def apply_patches(target: Path, component: str = ALL, root: Path | None = None) -> list[PatchResult]:
     """Apply every selected patch once. Checks all first: on drift, raises PatchError and changes nothing."""
     patches = find_patches(component, root)
@@ -152,12 +162,16 @@ def apply_patches(target: Path, component: str = ALL, root: Path | None = None) 
     for state in states:
         if state.state == APPLIED:
             results.append(PatchResult(state.patch, state.target, APPLIED, action="already applied (no-op)"))
-            continue
-        done = _git_apply(state.patch, state.target)
-        if done.returncode != 0:  # checked a moment ago, so only a concurrent edit gets here
-            raise PatchError(f"patch {state.patch.name} failed on {state.target}: {_first_error(done)}")
-        results.append(PatchResult(state.patch, state.target, APPLIED, action="applied now"))
+        else:
+            results.append(_apply_checked(state))
     return results
+
+
+def _apply_checked(state: PatchResult) -> PatchResult:
+    done = _git_apply(state.patch, state.target)
+    if done.returncode != 0:  # checked a moment ago, so only a concurrent edit gets here
+        raise PatchError(f"patch {state.patch.name} failed on {state.target}: {_first_error(done)}")
+    return PatchResult(state.patch, state.target, APPLIED, action="applied now")
 
 
 def _components(component: str) -> list[str]:
