@@ -70,7 +70,8 @@ def demo_spec() -> Path:
 def full_gc_twin(spec_path: Path, out: Path) -> Path:
     """The same int8 run with FlashRL's sync as upstream ran it: a full gc.collect() at every sync
     (ROLLOUT8_FLASHRL_FULL_GC=1, the escape hatch of patches/flash_rl/0006): the "before" of `make bench`."""
-    spec = _renamed(spec_path, "fullgc", "with upstream FlashRL's full collection at every sync (bench)")
+    spec = _renamed(spec_path, "fullgc",
+                    f"{spec_path.name} with upstream FlashRL's full collection at every sync (bench)")
     spec["env"] = {**spec.get("env", {}), "ROLLOUT8_FLASHRL_FULL_GC": "1"}
     return _write_twin(spec, spec_path, out, "fullgc")
 
@@ -79,16 +80,16 @@ def from_scratch(spec_path: Path, out: Path) -> Path:
     """The same run under its own name (own checkpoints, own deploy root) that never resumes: a benchmark's runs
     train the same steps from step 0 whatever checkpoints earlier runs of the spec left on the shared directory
     (a relaunch of the spec itself resumes from them: its checkpoints are found by the run's name)."""
-    spec = _renamed(spec_path, "scratch", "from step 0, never resumed (bench)")
+    spec = _renamed(spec_path, "scratch", f"{spec_path.name} from step 0, never resumed (bench)")
     spec["verl"]["trainer.resume_mode"] = "disable"
     return _write_twin(spec, spec_path, out, "scratch")
 
 
-def _renamed(spec_path: Path, suffix: str, what: str) -> dict:
+def _renamed(spec_path: Path, suffix: str, description: str) -> dict:
     """The spec with its paths made absolute, its name, deploy root and experiment suffixed."""
     spec = yaml.safe_load(spec_path.read_text())
     base = spec_path.parent
-    spec["description"] = f"{spec_path.name} {what}"
+    spec["description"] = description
     spec["model"] = {k: (str((base / v).resolve()) if k in ("bf16", "int8", "profile") else v)
                      for k, v in spec["model"].items()}
     spec["data"] = {k: str((base / v).resolve()) for k, v in spec["data"].items()}
@@ -108,16 +109,10 @@ def _write_twin(spec: dict, spec_path: Path, out: Path, suffix: str) -> Path:
 
 def bf16_twin(spec_path: Path, out: Path) -> Path:
     """The same run spec with bf16 rollouts (plain verl, FlashRL off): same model, data, seed and settings."""
-    spec = yaml.safe_load(spec_path.read_text())
-    base = spec_path.parent
-    spec["name"] = spec["name"] + "-bf16"
-    spec["description"] = f"bf16 twin of {spec_path.name} (simcluster.py compare)"
+    spec = _renamed(spec_path, "bf16", f"bf16 twin of {spec_path.name} (simcluster.py compare)")
     spec["rollout"] = {"quantization": "bf16"}
-    spec["model"] = {"bf16": str((base / spec["model"]["bf16"]).resolve()), "layout": spec["model"]["layout"],
-                     "moe": spec["model"].get("moe")}
-    spec["data"] = {k: str((base / v).resolve()) for k, v in spec["data"].items()}
-    spec["deploy"]["root"] = spec["deploy"]["root"].rstrip("/") + "-bf16"
-    spec["verl"]["trainer.experiment_name"] = spec["name"]
+    model = spec["model"]
+    spec["model"] = {"bf16": model["bf16"], "layout": model["layout"], "moe": model.get("moe")}
     # the rollout log-probs, so verl logs training/rollout_probs_diff_* for bf16 too (render sets it for int8 runs)
     spec["verl"]["actor_rollout_ref.rollout.calculate_log_probs"] = True
     return _write_twin(spec, spec_path, out, "bf16")
