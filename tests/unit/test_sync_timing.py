@@ -196,6 +196,12 @@ def test_its_own_cost_is_measured_and_reported():
     assert results.parse_line(text)["overhead"] == pytest.approx(100 * cost, abs=1e-4)
 
 
+def test_a_cost_of_tens_of_microseconds_survives_the_line():
+    """A sync's timing costs ~10-50 us (about 100 events): printed at 4 decimals it read 0 and the bench said 0x."""
+    text = sync_timing.line(sync_timing.Sync(), 1, "0", "n", 3.2e-5, 0.0)
+    assert results.parse_line(text)["overhead"] == pytest.approx(3.2e-5, rel=0.05)
+
+
 def _sync_line(n: int, rank: int, node: str, seconds: dict, quant: str = "int8", t: float = 0.0) -> str:
     sync = sync_timing.Sync()
     sync.seconds = {**dict.fromkeys(sync_timing.PARTS, 0.0), **seconds}
