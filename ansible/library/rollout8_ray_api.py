@@ -15,6 +15,12 @@ host's network, so the host reaches it there too.
   same on a multi-gigabyte log as on a new one. Without it, or without the file, Ray's job API sends the whole log.
 - `job_logs`: the job's driver log as `logs` (the verify play keeps it on the controller).
 
+With `state_file` (the launch role's record of the run's current submission), `job` reads the job id there at
+every call: a job the head's keeper (rollout8.node.keeper) resubmitted is followed under its new id. With
+`keeper_dir` (the run directory holding keeper.json and keeper-status.json), a job that FAILED, or that Ray no
+longer knows, while the keeper is on and alive (its status written in the last KEEPER_ALIVE_S seconds) is
+`RESUMING` until the keeper has resubmitted it or given up (`keeper`: its status, attempts and reason).
+
 Nothing changes on the node: `changed` is always false.
 """
 
@@ -23,6 +29,7 @@ import glob
 import json
 import os
 import re
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
@@ -30,6 +37,7 @@ from ansible.module_utils.six.moves.urllib.request import urlopen
 
 # verl's console logger: `step:12 - ... - timing_s/step:3.4 ...` (not a path segment such as `global_step:`)
 STEP = re.compile(r"(?<![\w/])step:(\d+) - .*timing_s/step:")
+KEEPER_ALIVE_S = 60  # the keeper writes its status every few seconds; older: it is not running
 
 
 def get(url, timeout):
@@ -93,6 +101,37 @@ def job(base, job_id, timeout, with_logs, logs_dir=""):
     return out
 
 
+def read_json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def keeper_view(keeper_dir, job_id, status):
+    """(status, the keeper's record or None): a FAILED or unknown job is RESUMING while the keeper is on, alive and
+    has neither resubmitted it nor given up."""
+    config = read_json(os.path.join(keeper_dir, "keeper.json")) or {}
+    path = os.path.join(keeper_dir, "keeper-status.json")
+    record = read_json(path)
+    if int(config.get("attempts", 0) or 0) <= 0 or not config.get("root"):
+        return status, None
+    if record is not None and record.get("root") != config.get("root"):
+        record = None  # the keeper has not read this submission's keeper.json yet
+    if job_id != (record.get("job_id") if record else config.get("root")):
+        return status, None  # not the job the keeper keeps going
+    if status not in ("FAILED", "NONE"):
+        return status, record
+    try:
+        alive = time.time() - os.path.getmtime(path) < KEEPER_ALIVE_S
+    except OSError:
+        alive = False
+    if not alive or (record and record.get("state") == "gave_up"):
+        return status, record
+    return "RESUMING", record
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -101,6 +140,8 @@ def main():
             "job_id": {"type": "str", "default": ""},
             "timeout": {"type": "int", "default": 30},
             "logs_dir": {"type": "str", "default": ""},
+            "state_file": {"type": "str", "default": ""},
+            "keeper_dir": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -110,7 +151,14 @@ def main():
         if p["what"] == "nodes":
             result = nodes(base, p["timeout"])
         else:
-            result = job(base, p["job_id"], p["timeout"], with_logs=p["what"] == "job_logs", logs_dir=p["logs_dir"])
+            job_id = p["job_id"]
+            if p["state_file"] and os.path.isfile(p["state_file"]):
+                with open(p["state_file"]) as handle:
+                    job_id = handle.read().strip() or job_id
+            result = job(base, job_id, p["timeout"], with_logs=p["what"] == "job_logs", logs_dir=p["logs_dir"])
+            result["job_id"] = job_id
+            if p["keeper_dir"]:
+                result["status"], result["keeper"] = keeper_view(p["keeper_dir"], job_id, result["status"])
     except (URLError, OSError, ValueError, KeyError) as exc:
         module.fail_json(msg="Ray's dashboard at {} did not answer as expected ({}): is Ray running on the head? "
                              "(`ray status` there)".format(base, exc))

@@ -9,10 +9,12 @@
 4. with -e rollout8_replace=true the job is stopped and the edited version submitted: it resumes from the run's
    latest checkpoint (found by the run's identity, which neither edit changes), trains only the steps after it,
    and the removed environment key is absent from the new training containers;
-5. a worker is stopped mid-run (all its Ray processes killed, right after a checkpoint landed on the shared
-   directory): the job fails and verify names the node and the cause;
-6. train.yml again resubmits the job, verl resumes from the latest checkpoint on cluster.shared_dir and trains
-   only the remaining steps: no step is trained twice, and the final verdict counts one int8 sync per step trained.
+5. a worker's training container is stopped mid-run (right after a checkpoint landed on the shared directory) and
+   started again, with no controller action: its keeper starts Ray again, the head's keeper sees the job failed,
+   waits until every node is back and resubmits it (issue 28, part 3);
+6. verify follows the run through that automatic resume: verl resumed from the latest checkpoint on
+   cluster.shared_dir and trained only the remaining steps, the attempt is named (job, step, cause, new job), and
+   the final verdict counts one int8 sync per step trained.
 
 The resumed job is then the main job's proof in the collected logs of every node: FlashRL's patch fired on every
 rank and quantized once per step, every sync re-quantized the actor's new weights (the CPU sync diagnostic), and
@@ -126,6 +128,25 @@ def jobs_in(output: str) -> list[str]:
     return re.findall(r"rollout8-tiny-cpu-lifecycle-\w+-verl-\d{14}", output)
 
 
+def keeper_record(cluster: Cluster) -> dict:
+    out = cluster.node(NODES[0], "cat", "/opt/rollout8/run/keeper-status.json", check=False).stdout
+    try:
+        return json.loads(out)
+    except ValueError:
+        return {}
+
+
+def wait_for_keeper(cluster: Cluster, seen, timeout: float = 600) -> dict:
+    """The head keeper's record once `seen(record)` holds (polled, bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = keeper_record(cluster)
+        if seen(record):
+            return record
+        time.sleep(2)
+    raise AssertionError(f"the head's keeper did not get there in {timeout} s: {keeper_record(cluster)}")
+
+
 @pytest.fixture(scope="module")
 def lifecycle(sim_cluster) -> dict:
     """Steps 1-6, each asserted as it happens; returns the resumed job's collected logs and steps."""
@@ -171,8 +192,10 @@ def lifecycle(sim_cluster) -> dict:
 
     # 4. replaced: the job stopped, the edited version resumes from the run's latest checkpoint
     checkpointed = latest_checkpoint(shared)
-    replaced = sim_cluster.playbook("-e", "rollout8_replace=true", kind="verl", spec=edited_path, follow=False,
-                                    timeout=TIMEOUT)
+    hook_log = shared / "hook.log"  # the notify hook, run by the head's keeper in its training container
+    hook = f'echo "$ROLLOUT8_EVENT|$ROLLOUT8_LINE" >> {simcluster.SHARED_DIR}/tiny-cpu-lifecycle/hook.log'
+    replaced = sim_cluster.playbook("-e", "rollout8_replace=true", "-e", json.dumps({"rollout8_notify_command": hook}),
+                                    kind="verl", spec=edited_path, follow=False, timeout=TIMEOUT)
     assert replaced.rc == 0, replaced.output[-6000:]
     first_job, job = job, [j for j in jobs_in(replaced.output) if j != job][-1]
     assert f"job {first_job} STOPPED: this version of the run spec is applied and submitted next" \
@@ -182,22 +205,19 @@ def lifecycle(sim_cluster) -> dict:
         assert f"{ENV_KEY}=" not in env, (node, env)
     spec = edited_path
 
-    # 5. stop a worker right after a checkpoint landed (bounded wait), then verify names it
+    # 5. stop a worker's training container right after a checkpoint landed (bounded wait), start it again; no
+    # controller action: the head's keeper resumes the job once the worker's keeper has Ray back
     start = latest_checkpoint(shared)
     deadline = time.monotonic() + 300
     while latest_checkpoint(shared) <= start and time.monotonic() < deadline:
         time.sleep(0.2)
     killed_at = latest_checkpoint(shared)
     assert start < killed_at < STEPS, f"no new checkpoint before the end (had {start}, now {killed_at})"
-    sim_cluster.container(WORKER, "ray", "stop", "--force")
-    failed = sim_cluster.playbook("--tags", "verify", kind="verl", spec=spec, timeout=900)
-    text = one_line(failed.output)
-    assert failed.rc != 0 and f"job {job} FAILED at step" in text, text[-4000:]
-    # named by its cluster (data network) address, never what its hostname resolves to (127.0.1.1 on this node)
-    assert f"Ray is down on {WORKER} ({simcluster.data_address(WORKER)}). Cause: " in text, text[-4000:]
-    assert "Run train.yml again to resubmit (verl resumes from the latest checkpoint)" in text
-    trained_before = progress_of(sim_cluster, job)["trained"]
-    assert trained_before and max(trained_before) <= killed_at
+    sim_cluster.node(WORKER, "docker", "stop", "-t", "2", "rollout8-train")
+    failed_seen = wait_for_keeper(sim_cluster, lambda k: k.get("state") == "waiting" or k.get("attempts"))
+    sim_cluster.node(WORKER, "docker", "start", "rollout8-train")
+    trained_before = trained_by(sim_cluster, job)
+    assert trained_before and max(trained_before) <= killed_at, (trained_before, killed_at, failed_seen)
 
     # the replacing job resumed where the first one's checkpoints ended and trained each step once
     replacing = progress_of(sim_cluster, job)
@@ -207,25 +227,52 @@ def lifecycle(sim_cluster) -> dict:
     assert max(first) <= replacing["resumed_from"] and replacing["trained"][0] == replacing["resumed_from"] + 1, \
         (first, replacing)
 
-    # 6. the re-run resubmits and resumes: only the remaining steps, each once
-    rerun = sim_cluster.playbook(kind="verl", spec=spec, timeout=TIMEOUT)
-    assert rerun.rc == 0, rerun.output[-6000:]
-    resumed = [j for j in jobs_in(rerun.output) if j != job][-1]
+    # 6. verify follows the run through the automatic resume to its end: only the remaining steps, each once
+    done = sim_cluster.playbook("--tags", "verify", kind="verl", spec=spec, timeout=TIMEOUT)
+    assert done.rc == 0, done.output[-6000:]
+    resumed = f"{job}-r1"
+    text = one_line(done.output)
     progress = progress_of(sim_cluster, resumed)
     assert progress["resumed_from"] == killed_at, progress
     assert progress["trained"] == list(range(killed_at + 1, STEPS + 1)), progress
-    assert not set(progress["trained"]) & set(trained_before)
-    text = one_line(rerun.output)
-    assert f"job {resumed} SUCCEEDED: step {STEPS} of {STEPS}" in text
+    assert not set(progress["trained"]) & set(trained_before), (trained_before, progress["trained"])
+    assert f"job {resumed} SUCCEEDED: step {STEPS} of {STEPS}" in text, text[-4000:]
     assert f"(resumed from the step-{killed_at} checkpoint)" in text
+    assert re.search(rf"automatic resume 1 of 3: job {job} FAILED at step \d+ \(.+\), resumed as {resumed} after "
+                     r"\d+ s", text), text[-4000:]
+    assert progress["attempts"][0]["failed_job"] == job and progress["attempts"][0]["job_id"] == resumed
     assert re.search(rf"3 rollout rank\(s\): 3 int8-patched.*; {3 * (STEPS - killed_at)} quantized sync", text), \
         text[-4000:]
     assert "verdict: int8 rollouts confirmed" in text
+    told = hook_log.read_text().splitlines()
+    assert [line.split("|")[0] for line in told] == ["resumed", "ended"], told
+    assert f"automatic resume 1 of 3: submitted {resumed}" in told[0] and f"job {resumed} SUCCEEDED" in told[1], told
     return {"job": sim_cluster.work / "logs" / resumed, "steps": STEPS - killed_at, "killed_at": killed_at}
 
 
 def test_returns_while_running_verify_follows_a_stopped_worker_is_named_and_the_rerun_resumes(lifecycle):
     assert lifecycle["steps"] >= 1 and (lifecycle["job"] / "driver.log").is_file()
+
+
+def test_a_rerun_with_fewer_steps_than_the_latest_checkpoint_is_refused(sim_cluster, lifecycle):
+    """The run ended at step 20 with its checkpoint; the same run with total_training_steps 10 finds that checkpoint
+    (the step count is not part of what a checkpoint resumes under) and would log "step 21 of 10": refused, naming
+    the checkpoint and the two ways on, and nothing submitted."""
+    spec = yaml.safe_load((sim_cluster.work / "lifecycle-edited.yaml").read_text())
+    spec["verl"]["trainer.total_training_steps"] = 10
+    path = sim_cluster.work / "lifecycle-fewer.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    run = sim_cluster.playbook(kind="verl", spec=path, follow=False, timeout=900)
+    text = one_line(run.output)
+    assert run.rc != 0, text[-4000:]
+    assert re.search(rf"run tiny-cpu-lifecycle: its latest checkpoint is step {STEPS} \(\S+/checkpoints\), at or past "
+                     r"trainer.total_training_steps 10: a resubmission would resume there with nothing to train\. "
+                     r"Raise trainer.total_training_steps to train on from it, or give the run a new name to start "
+                     r"from step 0\. Nothing was submitted\.", text), text[-4000:]
+    plan = json.loads((sim_cluster.work / path.stem / "rollout8-plan.json").read_text())
+    submitted = sim_cluster.node(NODES[0], "test", "-e", f"/opt/rollout8/run/job-{plan['job_id']}-verl.txt",
+                                 check=False)
+    assert submitted.returncode != 0, "a job was submitted"
 
 
 def worker_logs(job: Path) -> dict[str, str]:
@@ -270,6 +317,38 @@ def test_every_cpu_bridge_is_loaded_in_the_workers(lifecycle):
         assert f"rollout8_cpu_bridges: applied {name} " in text, name
 
 
+
+
+def test_a_worker_that_never_comes_back_ends_in_a_failed_verdict_after_the_bounded_wait(sim_cluster):
+    """A worker's training container stopped and left down: the head's keeper waits rollout8_autoresume_wait_s for
+    it, resubmits nothing, gives up naming the node, and verify ends in a failed verdict saying so."""
+    stop_leftover_jobs(sim_cluster)
+    spec = yaml.safe_load(lifecycle_spec(sim_cluster).read_text())
+    spec["name"] = spec["verl"]["trainer.experiment_name"] = "tiny-cpu-lost"
+    spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-lost"
+    spec["env"].pop(ENV_KEY, None)
+    path = sim_cluster.work / "lost.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    shutil.rmtree(simcluster.SHARED_HOST / "tiny-cpu-lost", ignore_errors=True)
+    wait_s = 60
+    first = sim_cluster.playbook("-e", "rollout8_relaunch=true", "-e", f"rollout8_autoresume_wait_s={wait_s}",
+                                 kind="verl", spec=path, follow=False, timeout=TIMEOUT)
+    assert first.rc == 0, first.output[-6000:]
+    job = re.findall(r"rollout8-tiny-cpu-lost-\w+-verl-\d{14}", first.output)[-1]
+    sim_cluster.node(WORKER, "docker", "stop", "-t", "2", "rollout8-train")
+    try:
+        verify = sim_cluster.playbook("--tags", "verify", kind="verl", spec=path, timeout=900)
+        text = one_line(verify.output)
+        assert verify.rc != 0 and f"job {job} FAILED" in text, text[-4000:]
+        assert f"Ray is down on {WORKER} ({simcluster.data_address(WORKER)})" in text, text[-4000:]
+        assert (f"Automatic resume gave up: job {job} FAILED; the cluster was not whole again within {wait_s} s: "
+                f"{WORKER} not back") in text, text[-4000:]
+        record = keeper_record(sim_cluster)
+        assert record["state"] == "gave_up" and record["attempts"] == [], record
+        state = sim_cluster.node(NODES[0], "sh", "-c", "cat /opt/rollout8/run/job-*tiny-cpu-lost*-verl.txt").stdout
+        assert state.strip() == job  # nothing was resubmitted
+    finally:
+        sim_cluster.node(WORKER, "docker", "start", "rollout8-train", check=False)
 
 
 def test_preflight_refuses_a_shared_dir_that_is_not_shared(sim_cluster):

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..node import keeper
 from ..results.communicator import AFTER_S
 from ..results.progress import find_driver_log, progress_line, read_progress
 from . import count
@@ -16,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=count, default=None, help="the run's total training steps")
     parser.add_argument("--state", default="", help="the job's Ray state, printed in the line (RUNNING, ...)")
     parser.add_argument("--json", action="store_true", help="print the progress as JSON")
+    parser.add_argument("--attempts", type=count, default=None, help="the automatic resumes allowed (the line "
+                        "says 'automatic resume 1 of N' when the job directory holds the keeper's record)")
     parser.add_argument("--npus-per-node", type=count, default=None,
                         help="ranks per node: names the node short of a rank that has not joined its communicator")
     parser.add_argument("--nodes", default="", help="the cluster's nodes, comma-separated NAME or NAME=ADDRESS (its "
@@ -31,11 +34,17 @@ def run(args: argparse.Namespace) -> int:
     progress = read_progress(driver, args.steps, after_s=args.communicator_after, npus_per_node=args.npus_per_node,
                              nodes=[n for n in args.nodes.split(",") if n])
     job = path.name if path.is_dir() else path.parent.name
+    # the head's keeper-status.json, which the verify play keeps beside the driver log (automatic resume)
+    resumes = keeper.read_json((path if path.is_dir() else path.parent) / keeper.STATUS)
+    line = progress_line(job, args.state or "?", progress)
+    said = keeper.summary(resumes, args.attempts or "?")
+    line += f"; {said}" if said else ""
     if args.json:
-        print(json.dumps({"job": job, "state": args.state, **progress.to_json(),
-                          "line": progress_line(job, args.state or "?", progress)}))
+        print(json.dumps({"job": job, "state": args.state, **progress.to_json(), "line": line,
+                          "attempts": (resumes or {}).get("attempts", []),
+                          "resume": (resumes or {}).get("state", ""), "resume_line": said}))
     else:
-        print(progress_line(job, args.state or "?", progress))
+        print(line)
         if progress.sync:
             print(progress.sync)
         if progress.cause and args.state not in ("RUNNING", "SUCCEEDED"):
