@@ -123,3 +123,19 @@ def test_cli_json_carries_the_line(tmp_path):
     data = json.loads(out)
     assert data["trained"] == [1] and data["total"] == 3
     assert data["line"] == f"job {job.name} RUNNING: step 1 of 3, reward 0.25, step time 3.9 s"
+
+
+def test_the_keepers_attempts_beside_the_driver_log_are_in_the_line(tmp_path, capsys):
+    """verify keeps the head keeper's record with the job's logs; `rollout8 progress` names each automatic resume."""
+    job = tmp_path / "rollout8-x-verl-20261201000000-r1"
+    job.mkdir()
+    write(job / "driver.log", step_line(6, 0.5, 3.0))
+    (job / "keeper-status.json").write_text(json.dumps({
+        "root": "rollout8-x-verl-20261201000000", "job_id": job.name, "state": "watching", "attempts": [
+            {"n": 1, "failed_job": "rollout8-x-verl-20261201000000", "state": "FAILED", "step": 4,
+             "cause": "ActorDiedError", "job_id": job.name, "waited_s": 95}]}))
+    assert main(["progress", str(job), "--steps", "8", "--state", "RUNNING", "--attempts", "3", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["line"].endswith("; automatic resume 1 of 3: job rollout8-x-verl-20261201000000 FAILED at step 4 "
+                                 f"(ActorDiedError), resumed as {job.name} after 95 s")
+    assert data["attempts"][0]["step"] == 4 and data["resume"] == "watching"
