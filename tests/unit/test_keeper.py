@@ -10,8 +10,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from rollout8.node import keeper
 
 CONFIG = {"run": "r", "root": "job-a", "attempts": 2, "wait_s": 100, "settle_s": 10, "npus": 1,
@@ -127,12 +125,19 @@ def test_the_keeper_starts_nothing_without_the_plays_record_or_while_the_play_ho
     assert not keeper.paused(tmp_path, now)  # a pause left by a play that died no longer holds
 
 
-def test_the_keeper_runs_the_recorded_argv_when_no_raylet_runs(tmp_path):
-    if keeper.raylet_running():
-        pytest.skip("a raylet runs on this machine")
+def test_the_keeper_runs_the_recorded_argv_when_no_raylet_runs_and_not_when_one_does(tmp_path):
+    """/proc as the container sees it: its processes by pid, each with its comm."""
+    proc, run = tmp_path / "proc", tmp_path / "run"
+    (proc / "1").mkdir(parents=True)
+    (proc / "1" / "comm").write_text("tini\n")
+    run.mkdir()
     mark = tmp_path / "started"
-    (tmp_path / keeper.RAY_STATE).write_text(json.dumps({"argv": ["touch", str(mark)]}))
-    assert keeper.keep_ray(tmp_path, time.time()) is True and mark.exists()
+    (run / keeper.RAY_STATE).write_text(json.dumps({"argv": ["touch", str(mark)]}))
+    assert keeper.keep_ray(run, time.time(), proc) is True and mark.exists()
+    mark.unlink()
+    (proc / "42").mkdir()
+    (proc / "42" / "comm").write_text("raylet\n")
+    assert keeper.keep_ray(run, time.time(), proc) is False and not mark.exists()
 
 
 def ray_api_module():
@@ -195,3 +200,10 @@ def test_the_hook_url_gets_a_json_post_and_a_failing_hook_is_only_logged(capsys)
     assert got == [{"event": "gave_up", "line": "line", "run": "r"}]
     keeper.notify({"hook_command": "exit 3"}, "ended", "line")  # logged, not raised
     assert "the hook failed (ended)" in capsys.readouterr().out
+
+
+def test_a_job_ray_lost_with_the_heads_restart_is_resumed_like_a_failed_one():
+    """The head's training container restarted: its keeper starts a new Ray (a new GCS) that does not know the job."""
+    lost = {"status": "LOST", "message": "Ray no longer knows the job (its head restarted)"}
+    status, action = keeper.judge(keeper.fresh(CONFIG), CONFIG, lost, 0, 3)
+    assert action == "wait" and status["pending"]["state"] == "LOST" and status["pending"]["step"] == 3

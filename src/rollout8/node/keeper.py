@@ -103,16 +103,16 @@ def ray_argv(state: dict) -> list[str]:
     return [str(a) for a in argv] if isinstance(argv, list) and argv else []
 
 
-def keep_ray(run: Path, now: float) -> bool:
+def keep_ray(run: Path, now: float, proc: Path = Path("/proc")) -> bool:
     """Start Ray when none runs here, the play recorded how, and the play does not hold it. True if started."""
     state = read_json(run / RAY_STATE)
     argv = ray_argv(state or {})
-    if not argv or paused(run, now) or raylet_running():
+    if not argv or paused(run, now) or raylet_running(proc):
         return False
     lock = os.open(run / LOCK, os.O_RDONLY | os.O_CREAT, 0o644)  # (root's, when the ray role made it: read-only)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the ray role takes it before it decides: never both at once
-        if paused(run, time.time()) or raylet_running():
+        if paused(run, time.time()) or raylet_running(proc):
             return False
         log(f"no raylet here: starting Ray as the ray role last did: {shlex.join(argv)}")
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
