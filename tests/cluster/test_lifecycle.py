@@ -250,7 +250,7 @@ def lifecycle(sim_cluster) -> dict:
     return {"job": sim_cluster.work / "logs" / resumed, "steps": STEPS - killed_at, "killed_at": killed_at}
 
 
-def test_returns_while_running_verify_follows_a_stopped_worker_is_named_and_the_rerun_resumes(lifecycle):
+def test_returns_while_running_verify_follows_and_the_cluster_resumes_a_stopped_worker_by_itself(lifecycle):
     assert lifecycle["steps"] >= 1 and (lifecycle["job"] / "driver.log").is_file()
 
 
