@@ -207,3 +207,13 @@ def test_a_job_ray_lost_with_the_heads_restart_is_resumed_like_a_failed_one():
     lost = {"status": "LOST", "message": "Ray no longer knows the job (its head restarted)"}
     status, action = keeper.judge(keeper.fresh(CONFIG), CONFIG, lost, 0, 3)
     assert action == "wait" and status["pending"]["state"] == "LOST" and status["pending"]["step"] == 3
+
+
+def test_the_cause_is_one_short_line_of_rays_message_and_the_drivers_last_error():
+    message = ("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n"
+               "  File x\nRuntimeError: gloo\n" + "log line\n" * 500)
+    status, _ = keeper.judge(keeper.fresh(CONFIG), CONFIG, {"status": "FAILED", "message": message}, 0, 9,
+                             "RuntimeError: [pair.cc:534] Connection closed by peer [10.0.0.2]:34018")
+    assert status["pending"]["cause"] == ("Job entrypoint command failed with exit code 1; RuntimeError: [pair.cc:534] "
+                                          "Connection closed by peer [10.0.0.2]:34018")
+    assert keeper.brief("\x1b[36m(WorkerDict pid=1)\x1b[0m ValueError: x") == "(WorkerDict pid=1) ValueError: x"

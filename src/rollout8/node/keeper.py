@@ -57,6 +57,7 @@ LOCK = "keeper.lock"
 STEP = re.compile(r"(?<![\w/])step:(\d+) - .*timing_s/step:")
 ERROR = re.compile(r"\b\w*(Error|Exception|Died)\b")
 ENDED = ("SUCCEEDED", "STOPPED")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its worker prefixes
 
 
 def log(message: str) -> None:
@@ -172,6 +173,13 @@ def failed_at(logs_dir: str, job_id: str) -> tuple[int | None, str]:
     return (int(steps[-1]) if steps else None), (errors[-1][:300] if errors else "")
 
 
+def brief(text: str) -> str:
+    """One short line of a cause: Ray's job message carries the driver's last 20,000 characters after its first
+    clause ("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars): ...")."""
+    first = ANSI.sub("", text).split(", last available logs", 1)[0].strip().splitlines()
+    return " ".join(first[0].split())[:200] if first else ""
+
+
 def fresh(config: dict) -> dict:
     return {"root": config["root"], "job_id": config["root"], "state": "watching", "judged": "", "attempts": [],
             "reason": "", "since": 0.0, "whole_since": 0.0, "missing": [], "notified": ""}
@@ -193,7 +201,7 @@ def judge(status: dict, config: dict, job: dict | None, now: float, step: int | 
         status["state"] = "ended"
         status["reason"] = f"job {status['job_id']} {state}"
         return status, "end"
-    why = "; ".join(x for x in (job.get("message", ""), cause) if x)
+    why = "; ".join(x for x in (brief(job.get("message", "")), brief(cause)) if x)
     tries = status["attempts"]
     at = "before any training step" if step is None else f"at step {step}"
     if len(tries) >= int(config.get("attempts", 0)):
