@@ -6,8 +6,10 @@ dashboard listens on the head's loopback by default (`url`: rollout8_ray_api); t
 host's network, so the host reaches it there too.
 
 `what`:
-- `nodes`: the alive nodes and the NPU custom resource each offers: `nodes` = {node ip: NPU count}. An
-  unreachable dashboard is not a failure (the caller waits): `reachable` says whether it answered.
+- `nodes`: the alive nodes and the NPU custom resource each offers: `nodes` = {node ip: NPU count}, and
+  `duplicates`, the addresses Ray lists more than one alive node at (a restarted raylet's old entry, until Ray's
+  health check marks it dead). An unreachable dashboard is not a failure (the caller waits): `reachable` says
+  whether it answered.
 - `job`: a Ray job's `status` (NONE for an id Ray does not know, or an empty id), `start_time` (seconds since the
   epoch: the logs collected are those written since) and, while it runs, `last_step`: the last verl training step
   its driver log shows (None if none yet). With `logs_dir` (Ray's temp directory on this node), read from the tail
@@ -53,11 +55,15 @@ def nodes(base, timeout):
         data = get(base + "/api/v0/nodes?limit=10000", timeout)
     except (URLError, OSError, ValueError) as exc:
         return {"reachable": False, "nodes": {}, "error": str(exc)}
-    found = {}
+    found, seen = {}, {}
     for node in data["data"]["result"]["result"]:
         if node.get("state") == "ALIVE":
             found[node["node_ip"]] = node.get("resources_total", {}).get("NPU", 0)
-    return {"reachable": True, "nodes": found}
+            seen[node["node_ip"]] = seen.get(node["node_ip"], 0) + 1
+    # an address with two alive nodes: a raylet killed and started again there (by the play, or by the training
+    # container's keeper), whose old entry Ray's health check has not marked dead yet (seconds); a job started
+    # meanwhile counts the node twice
+    return {"reachable": True, "nodes": found, "duplicates": sorted(ip for ip, n in seen.items() if n > 1)}
 
 
 def tail_step(logs_dir, job_id):

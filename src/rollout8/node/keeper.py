@@ -45,6 +45,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ..fileutil import atomic_write
+
 TICK_S = 5.0
 PAUSE_MAX_S = 900  # a keeper.pause older than this was left by a play that died: the keeper goes on
 SETTLE_S = 30.0
@@ -69,12 +71,6 @@ def read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # --- Ray on this node ------------------------------------------------------------------------------------------
@@ -284,7 +280,7 @@ def watch(run: Path, now: float) -> None:
             number = len(status["attempts"]) + 1
             new_id = f"{config['root']}-r{number}"
             submit(api, config["entrypoint"], new_id)
-            write_atomic(state_file, new_id + "\n")
+            atomic_write(state_file, new_id + "\n")
             status["attempts"].append({**pending, "n": number, "job_id": new_id, "at": int(now),
                                        "waited_s": int(now - status["since"])})
             status.update(job_id=new_id, state="watching", judged="", missing=[])
@@ -308,7 +304,7 @@ def watch(run: Path, now: float) -> None:
         line = f"run {config.get('run')}: automatic resume gave up: {status['reason']}"
         log(line)
         notify(config, "gave_up", line)
-    write_atomic(run / STATUS, json.dumps(status, indent=1))
+    atomic_write(run / STATUS, json.dumps(status, indent=1))
 
 
 def summary(status: dict | None, limit: int | str = "?") -> str:
