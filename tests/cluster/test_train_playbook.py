@@ -66,9 +66,12 @@ def test_ansible_logs_in_over_ssh_as_the_login_user_and_becomes_root(sim_cluster
             socket.create_connection((simcluster.address(node), 22), timeout=2).close()
         assert "Accepted publickey for root" not in logins
         assert sim_cluster.node(node, "id", "-u", simcluster.NODE_USER).stdout.strip() != "0"
-        # what the plays made on the node is root's (became), not the login user's
-        owner = sim_cluster.node(node, "stat", "-c", "%U", "/opt/rollout8/run").stdout.strip()
+        # what the plays made on the node is root's (became), not the login user's; the run directory is the
+        # training container's user's (its keeper writes there), here the login user's
+        owner = sim_cluster.node(node, "stat", "-c", "%U", "/opt/rollout8/logs").stdout.strip()
         assert owner == "root", (node, owner)
+        owner = sim_cluster.node(node, "stat", "-c", "%U", "/opt/rollout8/run").stdout.strip()
+        assert owner == simcluster.NODE_USER, (node, owner)
 
 
 def hold_startups() -> list[socket.socket]:
