@@ -46,6 +46,7 @@ import urllib.request
 from pathlib import Path
 
 from ..fileutil import atomic_write
+from ..results.progress import is_error_line
 
 TICK_S = 5.0
 PAUSE_MAX_S = 900  # a keeper.pause older than this was left by a play that died: the keeper goes on
@@ -57,7 +58,6 @@ PAUSE = "keeper.pause"
 LOCK = "keeper.lock"
 # verl's console logger: `step:12 - ... - timing_s/step:3.4 ...` (rollout8_ray_api's pattern)
 STEP = re.compile(r"(?<![\w/])step:(\d+) - .*timing_s/step:")
-ERROR = re.compile(r"\b\w*(Error|Exception|Died)\b")
 ENDED = ("SUCCEEDED", "STOPPED")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its worker prefixes
 
@@ -165,7 +165,7 @@ def failed_at(logs_dir: str, job_id: str) -> tuple[int | None, str]:
         handle.seek(max(found[-1].stat().st_size - (1 << 22), 0))
         text = handle.read().decode("utf-8", "replace")
     steps = STEP.findall(text)
-    errors = [line.strip() for line in text.splitlines() if ERROR.search(line)]
+    errors = [line.strip() for line in text.splitlines() if is_error_line(line)]
     return (int(steps[-1]) if steps else None), (errors[-1][:300] if errors else "")
 
 
@@ -178,7 +178,7 @@ def brief(text: str) -> str:
 
 def fresh(config: dict) -> dict:
     return {"root": config["root"], "job_id": config["root"], "state": "watching", "judged": "", "attempts": [],
-            "reason": "", "since": 0.0, "whole_since": 0.0, "missing": [], "notified": ""}
+            "reason": "", "since": 0.0, "whole_since": 0.0, "missing": []}
 
 
 def judge(status: dict, config: dict, job: dict | None, now: float, step: int | None = None,
@@ -225,11 +225,12 @@ def wait_step(status: dict, config: dict, missing: list[str] | None, now: float)
     settle = float(config.get("settle_s", SETTLE_S))
     if status["whole_since"] and now - status["whole_since"] >= settle:
         return status, "resubmit"
-    if now - status["since"] >= float(config.get("wait_s", 600)):
+    wait_s = float(config.get("wait_s", 1800))  # (the launch role always writes rollout8_autoresume_wait_s)
+    if now - status["since"] >= wait_s:
         gone = ", ".join(status.get("missing") or []) or "Ray's dashboard"
         pending = status.get("pending", {})
         status.update(state="gave_up", reason=f"job {pending.get('failed_job')} {pending.get('state')}; the cluster "
-                      f"was not whole again within {int(float(config.get('wait_s', 600)))} s: {gone} not back")
+                      f"was not whole again within {int(wait_s)} s: {gone} not back")
         return status, "give_up"
     return status, ""
 

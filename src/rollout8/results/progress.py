@@ -145,9 +145,14 @@ def _read_errors(driver_log: Path, progress: Progress, marked: list[str], synced
                 progress.resumed_from = int(m.group(1))
             if (m := _CKPT_FOLDER.search(line)) is not None:
                 progress.checkpoint = m.group(1)
-            if _ERROR.search(line) and "step:" not in line:
+            if is_error_line(line):
                 errors.append(line.strip())
     return errors
+
+
+def is_error_line(line: str) -> bool:
+    """A line of the driver's that can be its cause: it names an error, and is no verl metrics line."""
+    return _ERROR.search(line) is not None and "step:" not in line
 
 
 def progress_line(job: str, state: str, p: Progress) -> str:
