@@ -32,7 +32,7 @@ sysdeps: ## install the system packages the demo and tests need (Debian/Ubuntu, 
 # ---------------------------------------------------------------- quality
 .PHONY: lint
 lint: venv ci-examples-check lint-node ## ruff, yamllint, hadolint, the sample CI pipelines, ansible-lint, ansible-playbook --syntax-check
-	$(VENV)/bin/ruff check src tests scripts bench virtual ansible/library
+	$(VENV)/bin/ruff check src tests scripts bench virtual ansible/library ansible/plugins
 	$(VENV)/bin/yamllint -s .
 	$(VENV)/bin/hadolint --config docker/.hadolint.yaml docker/Dockerfile*
 	cd ansible && PATH=$(CURDIR)/$(VENV)/bin:$$PATH ansible-lint --profile production train.yml reset.yml playbooks roles inventory

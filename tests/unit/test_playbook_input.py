@@ -80,48 +80,18 @@ def test_inventory_that_does_not_parse_fails_the_run(tmp_path):
 FIX = "fix it where it is set (group_vars, host_vars or -e) and run again. Nothing was changed."
 
 
-@pytest.mark.parametrize("extra,expected", [
-    # the issue's two: a misspelled bool silently skipped the int8 verification, a misspelled choice went on
-    (("-e", "rollout8_verify_quant=flase"), 'rollout8_verify_quant="flase" is not true or false'),
-    (("-e", "rollout8_job_wait_until=frist_step"),
-     "value of rollout8_job_wait_until must be one of: auto, first_step, end, got: frist_step"),
-    (("-e", "rollout8_job_kind=smoke"), "value of rollout8_job_kind must be one of: verl, probe, got: smoke"),
-    (("-e", "rollout8_runtime=host"), "value of rollout8_runtime must be one of: docker, got: host"),
-    (("-e", "rollout8_ray_port=abc"), 'rollout8_ray_port="abc" is not an integer'),
-    (("-e", "rollout8_ray_dashboard_port=70000"), "rollout8_ray_dashboard_port=70000 is out of range (1-65535)"),
-    (("-e", "rollout8_preflight_min_disk_gb=lots"), 'rollout8_preflight_min_disk_gb="lots" is not a number'),
-    (("-e", "rollout8_preflight_skip=disk"), 'rollout8_preflight_skip="disk" is not a list'),
-    (("-e", '{"rollout8_preflight_skip": ["dsik"]}'),
-     "value of rollout8_preflight_skip must be one or more of: clock, disk, docker, npu, ports, reach, shared, shm. "
-     "Got no match for: dsik"),
-    (("-e", "rollout8_verify_follow=maybe"), 'rollout8_verify_follow="maybe" is not true or false'),
-    (("-e", "rollout8_job_start_timeout_s=0"), "rollout8_job_start_timeout_s=0 is out of range (1 or more)"),
-], ids=["bool-typo", "choice-typo", "kind-old-name", "runtime", "port-word", "port-range", "disk-gb-word",
-        "skip-string", "skip-unknown", "bool-word", "timeout-zero"])
-def test_knob_of_the_wrong_type_or_value_is_refused_naming_it(tmp_path, extra, expected):
-    rc, out = play(tmp_path, *extra)
-    assert_refused_before_any_node(rc, out, expected, FIX)
-
-
-def test_wrong_value_in_group_vars_is_refused_too(tmp_path):
-    rc, out = play(tmp_path, group_vars="rollout8_ray_num_cpus: -2\n")
-    assert_refused_before_any_node(rc, out, "rollout8_ray_num_cpus=-2 is out of range (0 or more)", FIX)
-
-
-# ------------------------------------------------------------------------- every host, and the hosts together
-# (every check reads every host's variables on the controller; each refusal names the hosts it concerns, none when
-# it concerns them all)
-def test_wrong_type_on_one_worker_is_refused_naming_that_worker(tmp_path):
-    rc, out = play(tmp_path, host_vars={"node-b": "rollout8_ray_port: abc\n"})
-    assert_refused_before_any_node(rc, out, 'node-b: rollout8_ray_port="abc" is not an integer', FIX)
-    assert "node-a:" not in out and "node-c:" not in out, out[-3000:]
-
-
-def test_typo_of_a_knob_on_one_worker_is_refused_naming_host_variable_and_the_knob(tmp_path):
-    rc, out = play(tmp_path, host_vars={"node-c": "rollout8_ray_prot: 6380\n"})
+# The rules themselves are unit tests (test_validate_rules.py: every type, choice, range, name and host rule on
+# dicts); these runs prove the wiring: each source of a value (-e, group_vars, host_vars) reaches them, and a
+# refusal stops the run on the controller.
+def test_knobs_of_the_wrong_type_or_value_from_every_source_are_refused_in_one_line(tmp_path):
+    """-e (every host's: no host named), group_vars/all and one worker's host_vars, in one refusal."""
+    rc, out = play(tmp_path, "-e", "rollout8_verify_quant=flase", "-e", "rollout8_ray_dashboard_port=70000",
+                   group_vars="rollout8_ray_num_cpus: -2\n", host_vars={"node-b": "rollout8_ray_port: abc\n"})
     assert_refused_before_any_node(
-        rc, out, "node-c: rollout8_ray_prot is not a rollout8 knob (did you mean rollout8_ray_port?): rename or "
-        "remove it where it is set (group_vars, host_vars or -e) and run again. Nothing was changed.")
+        rc, out, 'rollout8_verify_quant="flase" is not true or false; rollout8_ray_dashboard_port=70000 is out of '
+        'range (1-65535); rollout8_ray_num_cpus=-2 is out of range (0 or more); node-b: rollout8_ray_port="abc" is '
+        "not an integer: " + FIX)
+    assert "node-a:" not in out and "node-c:" not in out, out[-3000:]
 
 
 def test_computed_value_or_a_name_like_no_knob_is_refused(tmp_path):
@@ -164,26 +134,6 @@ def test_hosts_that_collide_are_refused_naming_them(tmp_path):
         "node-a and node-d have the same rollout8_node_address 10.9.9.9 (each node needs its own)",
         "node-b and node-c are one machine (ansible_host 127.0.0.11 port 9; list each node once)" + CLUSTER_FIX)
     assert "node-d are one machine" not in out and "node-d: rollout8_ray_dashboard_port" not in out, out[-3000:]
-
-
-def test_ports_and_nic_names_are_refused_host_by_host(tmp_path):
-    rc, out = play(tmp_path, host_vars={"node-a": "rollout8_cluster_nic: eth0 eth1\n",
-                                        "node-b": "rollout8_ray_port: 10101\nrollout8_cluster_nic: enp189s0f0np0x12\n",
-                                        "node-c": "rollout8_cluster_nic: bond0.100\nrollout8_ray_min_worker_port: 7000"
-                                                  "\nrollout8_ray_max_worker_port: 6999\n"
-                                                  "rollout8_container_user: deploy\n"})
-    assert_refused_before_any_node(
-        rc, out, 'node-a: rollout8_cluster_nic="eth0 eth1" is not one interface name (one NIC, as `ip -br link` names '
-        'it before any "@": up to 15 letters, digits, ".", "_", "-")',
-        "node-b: rollout8_ray_port=10101 is in the Ray worker port range 10002-19999 (rollout8_ray_min_worker_port-"
-        "rollout8_ray_max_worker_port: move one or the other)",
-        "node-c: rollout8_ray_min_worker_port=7000 is above rollout8_ray_max_worker_port=6999",
-        'node-b: rollout8_cluster_nic="enp189s0f0np0x12" is not one interface name',  # 16 characters: IFNAMSIZ
-        'node-c: rollout8_container_user="deploy" is not uid:gid (two numbers, as `id -u` and `id -g` print them; '
-        "leave it empty for the login user)",
-        "rollout8_ray_port differs between hosts (6379 on node-a, node-c; 10101 on node-b; a worker joins the head "
-        "at its own value: set one for the cluster, in group_vars)" + CLUSTER_FIX)
-    assert "bond0.100" not in out, out[-3000:]
 
 
 def test_the_sample_inventory_passes_and_a_typo_on_one_of_its_workers_does_not(tmp_path):
