@@ -1,0 +1,122 @@
+"""The rules over every node's results (ansible/plugins/filter: rollout8_preflight, rollout8_reset, rollout8_runtime,
+rollout8_verify) on plain dicts, shaped as the node modules and facts give them: the all-pairs reachability plan
+and verdict, one MTU, the NPU versions, reset's account of the deploy root, the NPU tool mounts, verify's node
+lists. The playbook runs that prove their wiring: test_npu_versions.py, test_reset_marker.py,
+test_runtime_npu_mounts.py and the cluster tier."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from rollout8_preflight import (
+    rollout8_mtu_spread,
+    rollout8_npu_version,
+    rollout8_reach_peers,
+    rollout8_unreachable,
+    rollout8_version_spread,
+)
+from rollout8_reset import rollout8_reset_summary
+from rollout8_runtime import rollout8_npu_mounts
+from rollout8_verify import rollout8_dead_hosts, rollout8_node_addresses
+
+HOSTS = ["a", "b", "c"]
+
+
+# ------------------------------------------------------------------------------------------------ reachability
+def listeners() -> dict[str, dict]:
+    return {"a": {"rollout8_node_ip": "10.0.0.1",
+                  "rollout8_reach_listener": {"bound": [6379, 8265], "held": [], "ephemeral": 41000}},
+            "b": {"rollout8_node_ip": "10.0.0.2",
+                  "rollout8_reach_listener": {"bound": [6379], "held": [8265], "ephemeral": None}},
+            "c": {"rollout8_node_ip": "10.0.0.3",
+                  "rollout8_reach_listener": {"bound": [], "held": [6379, 8265], "ephemeral": 42000}}}
+
+
+def test_each_node_probes_every_other_on_the_ports_its_listener_took():
+    assert rollout8_reach_peers(listeners(), HOSTS, "b") == {
+        "a": {"address": "10.0.0.1", "ports": [6379, 8265, 41000]},
+        "c": {"address": "10.0.0.3", "ports": [6379, 8265, 42000]}}
+    assert set(rollout8_reach_peers(listeners(), HOSTS, "a")) == {"b", "c"}
+    assert rollout8_reach_peers(listeners(), HOSTS, "a")["b"]["ports"] == [6379, 8265]  # no ephemeral port found
+
+
+def test_every_pair_and_port_that_did_not_connect_is_one_line_naming_both_nodes():
+    hostvars = {"a": {"rollout8_reach": {"missing": [
+                    {"peer": "c", "address": "10.0.0.3", "port": 6379, "reason": "timed out"},
+                    {"peer": "b", "address": "10.0.0.2", "port": 41000, "reason": "connection refused"}]}},
+                "b": {"rollout8_reach": {"missing": []}},
+                "c": {}}  # the probe did not run there: nothing to say of it
+    assert rollout8_unreachable(hostvars, HOSTS) == [
+        "a cannot reach c at 10.0.0.3 on TCP 6379 (dropped: a firewall)",
+        "a cannot reach b at 10.0.0.2 on TCP 41000 (connection refused)"]
+    assert rollout8_unreachable({"a": {"rollout8_reach": {"missing": []}}}, ["a"]) == []
+
+
+def test_the_cluster_interfaces_mtus_differ_names_each_or_nothing_when_one():
+    def node(nic, mtu):
+        return {"rollout8_node_nic": nic, f"ansible_{nic.replace('-', '_')}": {"mtu": mtu}}
+
+    same = {"a": node("eth0", 1500), "b": node("ens-1", 1500), "c": {"rollout8_node_nic": ""}}
+    assert rollout8_mtu_spread(same, HOSTS) == []
+    jumbo = {**same, "c": node("eth0", 9000)}
+    assert rollout8_mtu_spread(jumbo, HOSTS) == ["a: eth0 mtu 1500", "b: ens-1 mtu 1500", "c: eth0 mtu 9000"]
+    assert rollout8_mtu_spread({**jumbo, "c": {"rollout8_node_nic": "eth0"}}, HOSTS) == []  # no facts for c's NIC
+
+
+# ------------------------------------------------------------------------------------------------ NPU versions
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize("content,version", [
+    (b64("Version=24.1.rc3\nascendhal_version=7.35.23\n"), "24.1.rc3"),
+    (b64("firmware_version=1.0\nVersion=7.5.0.3.220\n"), "7.5.0.3.220"),
+    (b64("Version=\n"), "unknown"),
+    ("", "unknown"),  # the firmware file is missing: slurp failed, no content
+])
+def test_the_version_a_driver_file_names_or_unknown(content, version):
+    assert rollout8_npu_version(content) == version
+
+
+def test_drivers_and_firmwares_that_differ_name_each_version_and_its_nodes():
+    hostvars = {"a": {"rollout8_npu_versions": {"driver": "24.1.rc3", "firmware": "7.5.0.3.220"}},
+                "b": {"rollout8_npu_versions": {"driver": "24.1.rc3", "firmware": "unknown"}},
+                "c": {"rollout8_npu_versions": {"driver": "24.1.rc2", "firmware": "7.5.0.3.220"}},
+                "d": {}}  # its versions were not read: not counted
+    assert rollout8_version_spread(hostvars, [*HOSTS, "d"]) == [
+        "driver versions (24.1.rc3 on a, b; 24.1.rc2 on c)", "firmware versions (7.5.0.3.220 on a, c; unknown on b)"]
+    one = {h: {"rollout8_npu_versions": {"driver": "24.1.rc3", "firmware": "7"}} for h in HOSTS}
+    assert rollout8_version_spread(one, HOSTS) == []
+
+
+# ---------------------------------------------------------------------------------------------------- reset
+def test_reset_accounts_for_the_deploy_root_on_every_node():
+    hostvars = {"a": {"rollout8_reset_root": {"removed": True}}, "b": {"rollout8_reset_root": {"removed": False}},
+                "c": {"rollout8_reset_root": {"refused": "has no .rollout8-deploy-root"}}, "d": {}}
+    assert rollout8_reset_summary(hostvars, [*HOSTS, "d"], "/opt/run") == (
+        "deploy root /opt/run: removed on a; not there on b, d; LEFT IN PLACE on c (not made by rollout8, or a path "
+        "reset never removes: the lines above say why)")
+    assert rollout8_reset_summary({"a": {"rollout8_reset_root": {"removed": True}}}, ["a"], "/r") == \
+        "deploy root /r: removed on a"
+
+
+# ------------------------------------------------------------------------------------------- NPU tool mounts
+def test_npu_tools_are_mounted_from_where_the_node_has_them_and_the_rest_as_configured():
+    targets = {"/usr/local/bin/npu-smi": "npu_smi", "/usr/local/Ascend/driver/tools/hccn_tool": "hccn_tool"}
+    mounts = ["/usr/local/bin/npu-smi:/usr/local/bin/npu-smi:ro",
+              "/usr/local/Ascend/driver/tools/hccn_tool:/usr/local/Ascend/driver/tools/hccn_tool:ro",
+              "/usr/local/Ascend/driver:/usr/local/Ascend/driver:ro", "/etc/ascend_install.info"]
+    found = {"npu_smi": "/usr/bin/npu-smi", "hccn_tool": "", "changed": False}
+    assert rollout8_npu_mounts(mounts, targets, found) == [
+        "/usr/bin/npu-smi:/usr/local/bin/npu-smi:ro", *mounts[1:]]
+    assert rollout8_npu_mounts(mounts, targets, None) == mounts  # the tools were not looked for
+
+
+# ---------------------------------------------------------------------------------------------- verify's lists
+def test_verify_names_each_node_with_its_address_and_the_nodes_whose_raylet_is_gone():
+    hostvars = {"a": {"rollout8_node_ip": "10.0.0.1", "rollout8_raylet_now": {"rc": 0}},
+                "b": {"rollout8_node_ip": "10.0.0.2", "rollout8_raylet_now": {"rc": 1}},
+                "c": {}}  # unreachable: no address cached, no raylet check
+    assert rollout8_node_addresses(hostvars, HOSTS) == ["a=10.0.0.1", "b=10.0.0.2", "c=c"]
+    assert rollout8_dead_hosts(hostvars, HOSTS) == ["b (10.0.0.2)", "c"]
