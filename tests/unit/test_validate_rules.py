@@ -4,6 +4,7 @@ contract read from the roles). tests/unit/test_playbook_input.py keeps a few pla
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -132,11 +133,13 @@ def test_a_mistyped_knob_is_not_judged_again_for_its_range(contract):
 
 
 def test_knob_errors_name_the_host_that_has_them_and_none_when_every_host_does(contract):
+    before = copy.deepcopy(contract)
     hostvars = inventory(node_a={"rollout8_verify_quant": "flase"}, node_b={"rollout8_verify_quant": "flase",
                                                                              "rollout8_ray_port": "abc"},
                          node_c={"rollout8_verify_quant": "flase"})
     assert rollout8_knob_errors(hostvars, HOSTS, contract, PORTS, POSITIVE) == [
         'rollout8_verify_quant="flase" is not true or false', 'node-b: rollout8_ray_port="abc" is not an integer']
+    assert contract == before, "checking one host changed the contract every other host is checked against"
 
 
 # ----------------------------------------------------------------------------------------- the hosts together

@@ -11,7 +11,6 @@ host name to that host's variables: inventory, -e, facts; no role defaults) or, 
 
 from __future__ import annotations
 
-import copy
 import difflib
 import json
 import re
@@ -110,7 +109,8 @@ def knob_errors(values: Mapping[str, Any], options: Mapping[str, dict], ports: l
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
     given = {key: values[key] for key in options if key in values}
-    result = ArgumentSpecValidator(copy.deepcopy(dict(options))).validate(given, validate_role_argument_spec=True)
+    # (the validator reads the spec and works on a copy of the values: the contract is shared by every host unchanged)
+    result = ArgumentSpecValidator(dict(options)).validate(given, validate_role_argument_spec=True)
     errors, mistyped = [], set()
     for message in dict.fromkeys(result.error_messages):
         match = MISTYPED.search(message)
