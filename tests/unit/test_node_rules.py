@@ -7,9 +7,15 @@ test_runtime_npu_mounts.py and the cluster tier."""
 from __future__ import annotations
 
 import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from rollout8_preflight import (
+    rollout8_checkpoint_space,
     rollout8_mtu_spread,
     rollout8_npu_version,
     rollout8_reach_peers,
@@ -88,6 +94,74 @@ def test_drivers_and_firmwares_that_differ_name_each_version_and_its_nodes():
         "driver versions (24.1.rc3 on a, b; 24.1.rc2 on c)", "firmware versions (7.5.0.3.220 on a, c; unknown on b)"]
     one = {h: {"rollout8_npu_versions": {"driver": "24.1.rc3", "firmware": "7"}} for h in HOSTS}
     assert rollout8_version_spread(one, HOSTS) == []
+
+
+# -------------------------------------------------------------------------------------- room for checkpoints
+GIB = 1024**3
+PLAN = {"checkpoint_dir": "/mnt/rollout8-shared/run/0123456789ab/checkpoints", "shared_dir": "/mnt/rollout8-shared",
+        "model_parameters": 7_615_616_512, "max_actor_ckpt_to_keep": 2, "checkpoint_saves_kept": 2,
+        "checkpoint_bytes_per_save": 7_615_616_512 * 14, "checkpoint_share": 1,
+        "checkpoint_bytes_needed": 2 * 7_615_616_512 * 14}
+
+
+def df(free_gib: float, existing: str = "/mnt/rollout8-shared") -> dict:
+    return {"free_bytes": 500 * GIB, "checkpoint_path": PLAN["checkpoint_dir"], "checkpoint_existing": existing,
+            "checkpoint_free_bytes": int(free_gib * GIB)}
+
+
+def test_checkpoints_that_do_not_fit_where_they_land_are_refused_in_one_line():
+    line = rollout8_checkpoint_space(df(150), PLAN, "node-a")
+    assert line.startswith("node-a: only 150.0 GiB free on /mnt/rollout8-shared (holds "
+                           "/mnt/rollout8-shared/run/0123456789ab/checkpoints, the checkpoint directory on "
+                           "cluster.shared_dir), need 198.6 GiB for verl's checkpoints: "
+                           "trainer.max_actor_ckpt_to_keep 2 x 99.3 GiB a save for the model's 7.62B parameters"), line
+    assert "lower trainer.max_actor_ckpt_to_keep" in line and "rollout8_preflight_skip: [disk]" in line
+    assert "\n" not in line
+    assert rollout8_checkpoint_space(df(198.5), PLAN, "node-a")  # 0.09 GiB short is short
+    assert rollout8_checkpoint_space(df(199), PLAN, "node-a") == ""
+
+
+def test_checkpoint_space_says_when_the_shared_dir_is_not_mounted_and_when_every_save_is_kept():
+    line = rollout8_checkpoint_space(df(10, existing="/mnt"), PLAN, "node-b")
+    assert "/mnt/rollout8-shared itself is not there: is the shared filesystem mounted?" in line
+    every = {**PLAN, "max_actor_ckpt_to_keep": None, "checkpoint_saves_kept": 5,
+             "checkpoint_bytes_needed": 5 * PLAN["checkpoint_bytes_per_save"]}
+    assert "5 save(s), every one kept (trainer.max_actor_ckpt_to_keep unset) x 99.3 GiB a save" in \
+        rollout8_checkpoint_space(df(10), every, "node-b")
+    short = {**PLAN, "max_actor_ckpt_to_keep": 5, "checkpoint_saves_kept": 2}  # a run of 2 saves keeps both
+    assert "2 save(s) the run makes, trainer.max_actor_ckpt_to_keep 5 x" in \
+        rollout8_checkpoint_space(df(10), short, "n")
+    local = {**PLAN, "checkpoint_dir": None, "shared_dir": None, "checkpoint_share": 2,
+             "checkpoint_bytes_needed": PLAN["checkpoint_bytes_per_save"]}
+    line = rollout8_checkpoint_space(df(10, existing="/opt/rollout8"), local, "node-c")
+    assert "/opt/rollout8 (no cluster.shared_dir: verl's relative checkpoint directory in the training container" \
+        in line and "this node's share of 2 nodes" in line and "need 99.3 GiB" in line
+
+
+@pytest.mark.parametrize("plan", [{**PLAN, "checkpoint_bytes_needed": 0},  # no saves, or the model's size unknown
+                                  {"checkpoint_dir": None}])  # a plan without the sizing
+def test_nothing_needed_or_nothing_measured_is_not_judged(plan):
+    assert rollout8_checkpoint_space(df(0), plan, "a") == ""
+    assert rollout8_checkpoint_space({"free_bytes": 0}, PLAN, "a") == ""  # the node was not asked
+
+
+def test_the_node_module_measures_the_checkpoint_filesystem_in_the_same_call(tmp_path):
+    module = Path(__file__).resolve().parents[2] / "ansible" / "library" / "rollout8_node_state.py"
+
+    def run(**params) -> dict:
+        args = tmp_path / "args.json"
+        args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
+        proc = subprocess.run([sys.executable, str(module), str(args)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    (tmp_path / "shared").mkdir()
+    out = run(path=str(tmp_path / "root" / "run"), checkpoint_path=str(tmp_path / "shared" / "run" / "k" / "ckpt"))
+    assert out["existing"] == str(tmp_path) and out["checkpoint_existing"] == str(tmp_path / "shared")
+    vfs = os.statvfs(tmp_path / "shared")  # (other writers on this disk move it a little meanwhile)
+    assert abs(out["checkpoint_free_bytes"] - vfs.f_bavail * vfs.f_frsize) < GIB
+    assert out["checkpoint_device"] == os.stat(tmp_path / "shared").st_dev and out["changed"] is False
+    assert "checkpoint_free_bytes" not in run(path=str(tmp_path))  # not asked: not measured
 
 
 # ---------------------------------------------------------------------------------------------------- reset

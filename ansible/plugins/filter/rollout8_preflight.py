@@ -1,7 +1,8 @@
 """The preflight role's rules across nodes, run on the controller: the all-pairs reachability plan and its verdict,
 one MTU on the cluster interfaces, and the NPU driver and firmware versions (read from the installer's files, the
 same on every node). Each takes Ansible's `hostvars` (in the tests, a dict of dicts) and the hosts to judge, and
-returns data: the peers to probe, or one line per problem; the tasks only assert that none came back."""
+returns data: the peers to probe, or one line per problem; the tasks only assert that none came back. One rule is
+per node: room for verl's checkpoints where they land (the node's rollout8_node_state result against the plan)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,45 @@ def rollout8_version_spread(hostvars: Mapping[str, Mapping[str, Any]], hosts: li
     return out
 
 
+GIB = 1024**3
+
+
+def rollout8_checkpoint_space(df: Mapping[str, Any], plan: Mapping[str, Any], host: str) -> str:
+    """One line when the filesystem where verl's checkpoints land on `host` has less free space than the plan's
+    checkpoint_bytes_needed (rollout8.runspec.checkpoint_size: the saves kept x the model's bytes a save), naming
+    the node, the path, free and needed GiB, where the need comes from and the ways out; "" when it fits, when the
+    plan needs nothing (no saves, the model's size unknown, a plan without the sizing) or the node was not asked
+    (df without checkpoint_free_bytes). df is the node module's result (rollout8_node_state, checkpoint_path)."""
+    needed = int(plan.get("checkpoint_bytes_needed") or 0)
+    if needed <= 0 or df.get("checkpoint_free_bytes") is None:
+        return ""
+    free = int(df["checkpoint_free_bytes"])
+    if free >= needed:
+        return ""
+    shared, existing = plan.get("checkpoint_dir"), str(df.get("checkpoint_existing") or "")
+    mount = str(plan.get("shared_dir") or "")
+    where = (f"{existing} (holds {shared}, the checkpoint directory on cluster.shared_dir"
+             + ("" if existing == mount or existing.startswith(mount.rstrip("/") + "/") else
+                f"; {mount} itself is not there: is the shared filesystem mounted?") + ")" if shared
+             else f"{existing} (no cluster.shared_dir: verl's relative checkpoint directory in the training "
+                  "container, on this node's own disk)")
+    keep = plan.get("max_actor_ckpt_to_keep")
+    saves = int(plan.get("checkpoint_saves_kept") or 0)
+    kept = (f"trainer.max_actor_ckpt_to_keep {keep}" if keep is not None and saves == keep else
+            f"{saves} save(s) the run makes, trainer.max_actor_ckpt_to_keep {keep}" if keep is not None else
+            f"{saves} save(s), every one kept (trainer.max_actor_ckpt_to_keep unset)")
+    params = plan.get("model_parameters") or 0
+    share = int(plan.get("checkpoint_share") or 1)
+    per_save = int(plan.get("checkpoint_bytes_per_save") or 0)
+    size = (f"{per_save / GIB:.1f} GiB a save for the model's {params / 1e9:.2f}B parameters (fp32 weights, Adam "
+            "state, bf16 HF weights)" + (f", this node's share of {share} nodes" if share > 1 else ""))
+    return (f"{host}: only {free / GIB:.1f} GiB free on {where}, need {needed / GIB:.1f} GiB for verl's "
+            f"checkpoints: {kept} x {size}. Free space there or mount a larger filesystem (cluster.shared_dir), "
+            "lower trainer.max_actor_ckpt_to_keep in the run spec's verl: block, or skip the check on purpose "
+            "(rollout8_preflight_skip: [disk]).")
+
+
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (rollout8_reach_peers, rollout8_unreachable, rollout8_mtu_spread,
-                                        rollout8_npu_version, rollout8_version_spread)}
+                                        rollout8_npu_version, rollout8_version_spread, rollout8_checkpoint_space)}

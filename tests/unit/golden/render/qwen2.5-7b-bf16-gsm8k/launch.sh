@@ -14,6 +14,8 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.model.path=/var/lib/rollout8/runs/qwen2.5-7b-bf16-gsm8k/models/bf16 \
   actor_rollout_ref.rollout.name=vllm \
   actor_rollout_ref.rollout.mode=sync \
+  trainer.default_local_dir=/mnt/rollout8-shared/qwen2.5-7b-bf16-gsm8k/<KEY>/checkpoints \
+  trainer.resume_mode=auto \
   trainer.save_freq=20 \
   trainer.max_actor_ckpt_to_keep=2 \
   trainer.device=npu \

@@ -20,6 +20,8 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.rollout.calculate_log_probs=true \
   algorithm.rollout_correction.rollout_is=sequence \
   algorithm.rollout_correction.rollout_is_threshold=2.0 \
+  trainer.default_local_dir=/mnt/rollout8-shared/qwen2.5-7b-int8-dapo/<KEY>/checkpoints \
+  trainer.resume_mode=auto \
   trainer.save_freq=5 \
   trainer.max_actor_ckpt_to_keep=2 \
   trainer.device=npu \
