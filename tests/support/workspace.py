@@ -14,7 +14,7 @@ SPEC = {
     "name": "t",
     "model": {"bf16": "bf16", "int8": "int8", "profile": "profile.pt", "layout": "compressed-tensors"},
     "rollout": {"quantization": "int8"},
-    "cluster": {"nnodes": 3, "npus_per_node": 2, "accelerator": "cpu"},
+    "cluster": {"nnodes": 3, "npus_per_node": 2, "accelerator": "cpu", "network": {"nic": "data0"}},
     "data": {"train": "data/train.parquet", "val": "data/val.parquet"},
     "verl": {"data.train_batch_size": 6, "actor_rollout_ref.actor.ppo_mini_batch_size": 6,
              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2, "actor_rollout_ref.rollout.n": 2,

@@ -38,7 +38,7 @@ def raw(model_pair, run_dir):
         "model": {"bf16": str(model_pair.bf16), "int8": str(model_pair.int8), "profile": str(run_dir / "profile.pt"),
                   "layout": "compressed-tensors"},
         "rollout": {"quantization": "int8"},
-        "cluster": {"nnodes": 3, "npus_per_node": 2, "accelerator": "cpu"},
+        "cluster": {"nnodes": 3, "npus_per_node": 2, "accelerator": "cpu", "network": {"nic": "data0"}},
         "data": {"train": str(run_dir / "data/train.parquet"), "val": str(run_dir / "data/val.parquet")},
         "verl": {
             "data.train_batch_size": 6,
@@ -502,14 +502,43 @@ def test_npus_per_node_against_the_node_kind(raw, run_dir):
     assert errors(raw, run_dir, "npus") == []
 
 
-def test_multi_node_npu_run_names_its_data_nic(raw, run_dir):
-    raw["cluster"].update({"accelerator": "npu", "nnodes": 2, "npus_per_node": 2})
+@pytest.mark.parametrize("accelerator", ["npu", "cpu"])
+def test_a_multi_node_run_names_its_data_nic_in_the_spec_or_the_inventory(raw, run_dir, accelerator):
+    """Either accelerator (Gloo binds where HCCL does); the inventory's NIC for every node counts
+    (--nic-in-inventory, which train.yml passes then: the README's step 3)."""
+    raw["cluster"].update({"accelerator": accelerator, "nnodes": 2, "npus_per_node": 2, "network": {}})
     [err] = errors(raw, run_dir, "network")
     assert err.field == "cluster.network.nic" and err.message.startswith("unset with cluster.nnodes 2")
+    assert "rollout8_cluster_nic for every node in the inventory" in err.message
+    spec = parse_spec(copy.deepcopy(raw), run_dir)
+    assert not [f for f in run_checks(spec, nic_in_inventory=True) if f.rule == "network"]
     raw["cluster"]["network"] = {"nic": "enp189s0f0"}
     assert errors(raw, run_dir, "network") == []
     raw["cluster"].update({"nnodes": 1, "network": {}})  # one node: nothing crosses a network
     assert errors(raw, run_dir, "network") == []
+
+
+def test_multi_node_npu_run_needs_a_shared_dir_for_its_checkpoints(raw, run_dir, tmp_path, capsys):
+    """Without cluster.shared_dir verl's relative checkpoint directory lands inside each node's container, on its
+    root disk, where a resubmitted job does not find it: refused on more than one NPU node, in one line naming the
+    field and the fix; one NPU node keeps today's info line; CPU runs (the simulated cluster) are not judged."""
+    raw["cluster"].update({"accelerator": "npu", "nnodes": 2, "npus_per_node": 2, "network": {"nic": "enp189s0f0"}})
+    [err] = errors(raw, run_dir, "shared-dir")
+    assert err.field == "cluster.shared_dir" and err.message.startswith("unset with cluster.nnodes 2: ")
+    assert "a filesystem every node mounts at the same path (e.g. an NFS export" in err.message
+    assert "checkpoints go there, and a resubmitted job resumes from them" in err.message and "\n" not in err.message
+    spec = tmp_path / "two.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["check", "--no-artifacts", str(spec)]) == 1
+    assert "error: cluster.shared_dir: unset with cluster.nnodes 2: " in capsys.readouterr().out
+    raw["cluster"]["shared_dir"] = "/mnt/rollout8-shared"
+    assert errors(raw, run_dir, "shared-dir") == []
+    del raw["cluster"]["shared_dir"]
+    raw["cluster"].update({"nnodes": 1, "npus_per_node": 6})  # one node: the resume note, no refusal
+    assert errors(raw, run_dir, "shared-dir") == []
+    assert [f.level for f in findings(raw, run_dir) if f.rule in ("shared-dir", "resume")] == ["info"]
+    raw["cluster"].update({"accelerator": "cpu", "nnodes": 3, "npus_per_node": 2})  # the simulated cluster
+    assert errors(raw, run_dir, "shared-dir") == []
 
 
 @pytest.mark.parametrize(("key", "owner"), [("HCCL_SOCKET_IFNAME", "cluster.network.nic"),

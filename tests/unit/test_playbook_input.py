@@ -205,7 +205,13 @@ def test_artifacts_that_fail_the_full_verify_quant_are_refused_before_any_node(m
                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1, "actor_rollout_ref.rollout.n": 2,
                      "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(spec))
+    # the spec names no data NIC for its two nodes: refused unless the inventory names one for every node (the
+    # plan role passes --nic-in-inventory then: the README's step 3)
     rc, out = play(tmp_path, "-e", "rollout8_job_kind=probe")
+    assert_refused_before_any_node(rc, out, "cluster.network.nic: unset with cluster.nnodes 2",
+                                   "rollout8_cluster_nic for every node in the inventory")
+    rc, out = play(tmp_path, "-e", "rollout8_job_kind=probe", group_vars="rollout8_cluster_nic: eth0\n")
+    assert "cluster.network.nic: unset" not in out
     assert_refused_before_any_node(rc, out, "verify-quant refuses the artifacts", victim,
                                    "nothing was copied to any node")
     assert not list((tmp_path / "work").rglob("verify-quant-*.json")), "a failed verification was cached"
@@ -214,7 +220,8 @@ def test_artifacts_that_fail_the_full_verify_quant_are_refused_before_any_node(m
     seen = []
     for _ in range(2):  # verified, then found kept (the report is not written again)
         # (the controller's plays pass; then the nodes, which nothing answers for, are unreachable)
-        _, out = play(tmp_path, "-e", "rollout8_job_kind=probe", "--tags", "never")
+        _, out = play(tmp_path, "-e", "rollout8_job_kind=probe", "--tags", "never",
+                      group_vars="rollout8_cluster_nic: eth0\n")
         assert "verify-quant refuses" not in out and "TASK [plan : The plan fits the inventory" in out, out[-3000:]
         reports = list((tmp_path / "work").rglob("verify-quant-*.json"))
         assert len(reports) == 1, reports

@@ -282,6 +282,7 @@ def run_spec(tmp_path, model_pair):
     spec["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(tmp_path / "profile.pt"))
     spec["data"] = {"train": str(data["train"]), "val": str(data["val"])}
     spec["cluster"]["nnodes"] = 1
+    spec["cluster"].pop("network", None)  # one node: this machine, whose interfaces have other names
     spec["deploy"]["root"] = str(tmp_path / "node" / "runs" / "tiny-cpu")
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(spec))
     return Path(spec["deploy"]["root"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,13 @@ def test_the_jinja_program_check_sees_one():
     sample = "msg: >-\n  {%- set out = [] -%}\n  {% for h in rollout8_nodes %}{{ h }}{% endfor %}\n"
     assert jinja_statements(sample) == ["set", "for", "endfor"]
     assert jinja_statements("msg: \"{{ hostvars | rollout8_dead_hosts(rollout8_nodes) }}\"\n") == []
+
+
+def test_ansibles_temporary_files_on_the_nodes_are_never_under_the_login_users_home():
+    """Homes are often on root-squashed NFS: root (become) cannot read what the login user wrote there. Ansible's
+    own reading of ansible.cfg (ansible-config) must put the remote temporary directory under /tmp."""
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-config"), "dump", "--only-changed", "-t", "shell"],
+                         cwd=REPO / "ansible", capture_output=True, text=True, timeout=60, check=True).stdout
+    [line] = [line for line in out.splitlines() if line.lstrip().startswith("remote_tmp")]
+    value = line.split("=", 1)[1].strip()
+    assert value.startswith("/tmp/") and "~" not in value and "HOME" not in value, line

@@ -13,10 +13,12 @@ from rollout8_validate import (
     knob_errors,
     rollout8_closest,
     rollout8_cluster_errors,
+    rollout8_container_ids_spread,
     rollout8_contract,
     rollout8_knob_errors,
     rollout8_name_errors,
     rollout8_nic_conflicts,
+    rollout8_nic_unnamed,
     rollout8_per_host,
 )
 
@@ -196,3 +198,38 @@ def test_a_data_nic_named_differently_in_the_spec_and_the_inventory_names_the_ho
     hostvars = inventory(node_b={"rollout8_cluster_nic": " ens1 "}, node_c={"rollout8_cluster_nic": "eth0"})
     assert rollout8_nic_conflicts(hostvars, HOSTS, "eth0") == ["rollout8_cluster_nic=ens1 on node-b"]
     assert rollout8_nic_conflicts(hostvars, HOSTS, "") == []
+
+
+def test_the_inventory_names_a_data_nic_for_every_node_or_the_nodes_without_one_are_named():
+    assert rollout8_nic_unnamed(inventory(), HOSTS) == HOSTS  # nothing named: plan gets no --nic-in-inventory
+    named = inventory(node_a={"rollout8_cluster_nic": "data0"}, node_b={"rollout8_cluster_nic": "enp189s0f0"},
+                      node_c={"rollout8_node_address": "10.0.0.3"})  # a node's address names its NIC too
+    assert rollout8_nic_unnamed(named, HOSTS) == []
+    named["node-c"]["rollout8_node_address"] = " "
+    assert rollout8_nic_unnamed(named, HOSTS) == ["node-c"]
+
+
+def test_one_uid_gid_for_the_training_containers_or_both_ids_and_their_nodes_are_named():
+    same = inventory(**{h: {"rollout8_node_login_ids": "1000:1000"} for h in ("node_a", "node_b", "node_c")})
+    assert rollout8_container_ids_spread(same, HOSTS) == ""
+    other = copy.deepcopy(same)
+    other["node-b"]["rollout8_node_login_ids"] = "1001:1001"
+    line = rollout8_container_ids_spread(other, HOSTS)
+    assert "1000:1000 on node-a, node-c; 1001:1001 on node-b" in line
+    assert "the login user's ids" in line and 'rollout8_container_user: "1000:1000"' in line
+    assert "\n" not in line and line.endswith("Nothing was changed.")
+    # the fix: one rollout8_container_user for the cluster, whatever the login users' ids
+    fixed = copy.deepcopy(other)
+    for values in fixed.values():
+        values["rollout8_container_user"] = "1000:1000"
+    assert rollout8_container_ids_spread(fixed, HOSTS) == ""
+    # set on one node only, it is that node's id against the others' login ids
+    partly = copy.deepcopy(same)
+    partly["node-c"]["rollout8_container_user"] = "0:0"
+    assert "0:0 on node-c" in rollout8_container_ids_spread(partly, HOSTS)
+    assert "rollout8_container_user on some" in rollout8_container_ids_spread(partly, HOSTS)
+
+
+def test_a_node_whose_ids_were_never_gathered_is_not_compared():
+    hosts = inventory(node_a={"rollout8_node_login_ids": "1000:1000"}, node_b={"rollout8_node_login_ids": "1000:1000"})
+    assert rollout8_container_ids_spread(hosts, HOSTS) == ""  # node-c outside --limit and not in the fact cache

@@ -211,7 +211,45 @@ def rollout8_nic_conflicts(hostvars: Mapping[str, Mapping[str, Any]], hosts: lis
     return out
 
 
+def rollout8_nic_unnamed(hostvars: Mapping[str, Mapping[str, Any]], hosts: list[str]) -> list[str]:
+    """The hosts for which the inventory names no data NIC: neither rollout8_cluster_nic nor rollout8_node_address.
+    None: the inventory names one for every node (`rollout8 plan --nic-in-inventory`)."""
+    return [host for host in hosts
+            if not _text(hostvars[host], "rollout8_cluster_nic") and not _text(hostvars[host], "rollout8_node_address")]
+
+
+def rollout8_container_ids_spread(hostvars: Mapping[str, Mapping[str, Any]], hosts: list[str]) -> str:
+    """The uid:gid the training container runs as on each node (rollout8_container_user, else the login user's
+    recorded by the facts play: rollout8_node_login_ids) when the nodes do not agree, one line naming each id and its
+    nodes; empty when they do. verl's ranks write one checkpoint directory on cluster.shared_dir: a directory one
+    node's uid made is another uid's to write into, and the first save fails."""
+    by_ids: dict[str, list[str]] = {}
+    from_user = set()
+    for host in hosts:
+        user = _text(hostvars[host], "rollout8_container_user")
+        ids = user or _text(hostvars[host], "rollout8_node_login_ids")
+        if not ids:  # a node whose facts were never gathered (outside --limit, not in the cache): nothing to compare
+            continue
+        if user:
+            from_user.add(host)
+        by_ids.setdefault(ids, []).append(host)
+    if len(by_ids) < 2:
+        return ""
+    spread = "; ".join(f"{ids} on {', '.join(who)}" for ids, who in by_ids.items())
+    compared = [host for who in by_ids.values() for host in who]
+    source = ("rollout8_container_user" if from_user == set(compared) else
+              "the login user's ids" if not from_user else "rollout8_container_user on some, the login user's ids "
+              "on the others")
+    common = max(by_ids.items(), key=lambda item: len(item[1]))[0]
+    return (f"the training container would run as different uid:gid on different nodes ({spread}; from {source}): "
+            "verl's ranks write one checkpoint directory on cluster.shared_dir, and a directory one uid made is not "
+            f"another's to write into. Set rollout8_container_user: \"{common}\" for the cluster in group_vars (a "
+            "uid:gid that can write cluster.shared_dir from every node), or give the login user one uid and gid on "
+            "every node. Nothing was changed.")
+
+
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (rollout8_closest, rollout8_per_host, rollout8_contract, rollout8_name_errors,
-                                        rollout8_knob_errors, rollout8_cluster_errors, rollout8_nic_conflicts)}
+                                        rollout8_knob_errors, rollout8_cluster_errors, rollout8_nic_conflicts,
+                                        rollout8_nic_unnamed, rollout8_container_ids_spread)}

@@ -2,9 +2,11 @@
 
 The Ansible plan role's one command on the controller: the FlashRL profile if it is missing (--profile missing),
 `check`'s rules, the plan, then the full verify-quant of the artifacts (--verify-quant, kept per set of artifacts).
-stdout is one JSON object (plan, job_id, copies, files, profile_written, verify_quant); a refusal is one line on
+stdout is one JSON object (plan, job_id, copies, files, profile_written, verify_quant, checkpoint_dir and
+checkpoint_bytes_needed: what preflight wants free where the checkpoints land); a refusal is one line on
 stderr and a non-zero exit, with nothing copied anywhere. `--no-artifacts` is a preview before the model, profile
-and data exist: check's rules that read no file, then the node paths, copies and mounts as JSON, nothing written.
+and data exist: check's rules that read no file, then the node paths, copies, mounts and checkpoint sizing (0 bytes
+while the model is not here) as JSON, nothing written.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..runspec.plan import (
     PLAN_FILE,
     PROFILE_CHECK_CACHE,
     SEND_TREE,
+    SIZING_FIELDS,
     build_plan,
 )
 from ..runspec.proof import ensure_profile, verify_artifacts
@@ -51,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", choices=("missing", "never"), default="never",
                         help="missing: compute the FlashRL profile first when the spec's profile file does not exist "
                              "(default never: a missing profile is refused)")
+    parser.add_argument("--nic-in-inventory", action="store_true",
+                        help="the inventory names a data NIC for every node (rollout8_cluster_nic or "
+                             "rollout8_node_address; "
+                             "ansible-playbook train.yml passes it then): a multi-node spec needs no "
+                             "cluster.network.nic")
     parser.add_argument("--verify-quant", action="store_true",
                         help="then verify every int8 weight against the bf16 weights and the profile (once per set "
                              "of artifacts: the report is kept in the output directory under their checksums)")
@@ -72,13 +80,15 @@ def preview(args: argparse.Namespace) -> int:
     for flag, given in (("--verify-quant", args.verify_quant), ("--profile missing", args.profile == "missing")):
         if given:
             raise Rollout8Error(f"plan --no-artifacts: {flag} reads the artifacts; drop one of the two")
-    plan = build_plan(args.spec, None, args.node_cli, check=not args.no_check, artifacts=False)
+    plan = build_plan(args.spec, None, args.node_cli, check=not args.no_check, artifacts=False,
+                      nic_in_inventory=args.nic_in_inventory)
     skipped = list(ARTIFACT_RULES) + ["the artifacts' checksums (the job id)"]
     print(f"plan {args.spec}: preview, nothing written; skipped (they read the artifacts): {', '.join(skipped)}",
           file=sys.stderr)
     print(json.dumps({"preview": True, "skipped": skipped, "job_id": None, "node_paths": plan.node_paths,
                       "copies": [c.model_dump() for c in plan.copies], "mounts": plan.mounts,
-                      "checkpoint_dir": plan.checkpoint_dir, "image": plan.image}, indent=2))
+                      "checkpoint_dir": plan.checkpoint_dir, "image": plan.image,
+                      **{key: getattr(plan, key) for key in SIZING_FIELDS}}, indent=2))
     return 0
 
 
@@ -94,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         written = None
         if args.profile == "missing":
             written = ensure_profile(spec, progress=_progress("profile, layer"))
-        plan = build_plan(args.spec, args.output, args.node_cli, check=not args.no_check)
+        plan = build_plan(args.spec, args.output, args.node_cli, check=not args.no_check,
+                          nic_in_inventory=args.nic_in_inventory)
         verified = None
         if args.verify_quant and plan.flashrl and not args.no_check:
             report, cached = verify_artifacts(spec, plan.sha256, args.output,
@@ -102,5 +113,6 @@ def run(args: argparse.Namespace) -> int:
             verified = {"report": str(report), "cached": cached}
     print(json.dumps({"plan": str(args.output / PLAN_FILE), "job_id": plan.job_id, "copies": len(plan.copies),
                       "files": len(plan.sha256), "profile_written": str(written) if written else None,
-                      "verify_quant": verified}))
+                      "verify_quant": verified, "checkpoint_dir": plan.checkpoint_dir,
+                      "checkpoint_bytes_needed": plan.checkpoint_bytes_needed}))
     return 0

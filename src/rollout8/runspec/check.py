@@ -17,7 +17,11 @@ other code imports them from. Rules (ids in brackets):
   [layout]           the int8 layout matches the model dir, and loads on the accelerator
   [tp]               rollout TP x PP (x DP) divides the NPUs per node
   [npus]             NPUs per node within the node kind's (cluster.node_kind: a2 8, a3 16)
-  [network]          more than one NPU node names its data NIC (cluster.network.nic)
+  [shared-dir]       more than one NPU node sets cluster.shared_dir (a filesystem every node mounts at the same
+                     path): else verl's checkpoints fill each node's root disk inside the container and a
+                     resubmitted job cannot resume from them
+  [network]          more than one node names its data NIC (cluster.network.nic, or the inventory for every
+                     node: --nic-in-inventory)
   [batch]            batch sizes divide the way verl asserts they do (the per-rank rules with use_dynamic_bsz too)
   [token-budget]     chunked prefill off: max_num_batched_tokens >= max_model_len (verl's sync vLLM rollout)
   [context]          the model's context (max_position_embeddings x rope factor) holds prompt + response
@@ -133,7 +137,8 @@ ARTIFACT_RULES = ("flashrl-paths (the files exist and are of their kind)", "moe 
                   "layout (of the int8 directory)", "models", "context", "profile")
 
 
-def run_checks(spec: RunSpec, profile_cache: Path | None = None, artifacts: bool = True) -> list[Finding]:
+def run_checks(spec: RunSpec, profile_cache: Path | None = None, artifacts: bool = True,
+               nic_in_inventory: bool = False) -> list[Finding]:
     """Every rule, in order. Without artifacts (check --no-artifacts): every rule that does not read the files,
     and one note naming those skipped."""
     c = Collector()
@@ -155,7 +160,7 @@ def run_checks(spec: RunSpec, profile_cache: Path | None = None, artifacts: bool
     check_moe(c, spec, artifacts)
     check_layout(c, spec, artifacts)
     parallel = check_parallel(c, spec, rendered)
-    check_nodes(c, spec)
+    check_nodes(c, spec, nic_in_inventory)
     check_batches(c, spec, rendered)
     check_token_budget(c, spec, rendered)
     check_hybrid(c, spec, parallel)

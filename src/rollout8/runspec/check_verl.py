@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import verl_keys
 from .check_common import ROLLOUT, Collector, as_int, effective, truthy, user_sets, verl_field
+from .checkpoint_size import BYTES_PER_PARAMETER_PER_SAVE
 from .render import SAVE_FRACTION, SAVE_FREQ_STEPS, Rendered, render
 from .runspec import RunSpec
 
@@ -210,10 +211,18 @@ def check_token_budget(c: Collector, spec: RunSpec, r: Rendered) -> None:
 NPUS_PER_NODE = {"a2": 8, "a3": 16}
 
 
-def check_nodes(c: Collector, spec: RunSpec) -> None:
-    """NPU nodes: as many NPUs per node as their kind has ([npus]), and a data NIC named for more than one
-    ([network])."""
+def check_nodes(c: Collector, spec: RunSpec, nic_in_inventory: bool = False) -> None:
+    """NPU nodes: as many NPUs per node as their kind has ([npus]), and for more than one a shared directory for
+    the checkpoints ([shared-dir]) and a data NIC ([network])."""
     cluster = spec.cluster
+    # any accelerator: Gloo (the cpu runs' collectives) binds where HCCL does
+    if cluster.nnodes > 1 and not cluster.network.nic and not nic_in_inventory:
+        c.error("network", "cluster.network.nic",
+                f"unset with cluster.nnodes {cluster.nnodes}, and the inventory does not name a data NIC for every "
+                "node: HCCL and Gloo would pick an address by hostname or default route, which on Atlas nodes is "
+                "often the management NIC (or none: air-gapped nodes often have no default route), not the data "
+                "(RoCE) network; set it to the data NIC's name on the nodes (e.g. enp189s0f0), or rollout8_cluster_nic "
+                "for every node in the inventory (ansible-playbook train.yml then passes --nic-in-inventory)")
     if cluster.accelerator != "npu":
         return
     most = NPUS_PER_NODE[cluster.node_kind]
@@ -224,11 +233,14 @@ def check_nodes(c: Collector, spec: RunSpec) -> None:
                 f"(cluster.node_kind: {cluster.node_kind}"
                 f"{', the default' if 'node_kind' not in cluster.model_fields_set else ''}); use at most {most}"
                 + (f", or set cluster.node_kind: {other} for Atlas {other.upper()} nodes" if other else ""))
-    if cluster.nnodes > 1 and not cluster.network.nic:
-        c.error("network", "cluster.network.nic",
-                f"unset with cluster.nnodes {cluster.nnodes}: HCCL and Gloo would pick an address by hostname or "
-                "default route, which on Atlas nodes is often the management NIC, not the data (RoCE) network; set "
-                "it to the data NIC's name on the nodes (e.g. enp189s0f0)")
+    if cluster.nnodes > 1 and not cluster.shared_dir:
+        c.error("shared-dir", "cluster.shared_dir",
+                f"unset with cluster.nnodes {cluster.nnodes}: verl's checkpoints would land in its relative "
+                "trainer.default_local_dir inside each node's training container, on the node's root disk (about "
+                f"{BYTES_PER_PARAMETER_PER_SAVE} bytes a parameter a save: ~100 GB for a 7B model, times "
+                "trainer.max_actor_ckpt_to_keep), where a resubmitted job does not find them; set it to a directory "
+                "of a filesystem every node mounts at the same path (e.g. an NFS export such as "
+                "/mnt/rollout8-shared): checkpoints go there, and a resubmitted job resumes from them")
 
 
 # Environment variables the spec's own fields (or render itself) set: a spec's env block must not set them apart.

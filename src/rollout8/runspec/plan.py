@@ -17,7 +17,12 @@
   `checkpoint_dir` (cluster.shared_dir, proven shared by preflight; verl's checkpoints, resumed by a resubmission),
   `mounts` (with deploy.shared_storage: the artifact paths outside the deploy root and the shared directory, which
   the docker runtime mounts read-only into the training container at the same path; derived from node_paths, so
-  not part of the job's identity);
+  not part of the job's identity), and what preflight sizes the checkpoints' filesystem by (checkpoint_size):
+  `model_parameters` (the bf16 model's, from its safetensors headers), `max_actor_ckpt_to_keep` (as verl gets it;
+  null: every checkpoint kept), `checkpoint_saves_kept` (the most on disk at once), `checkpoint_bytes_per_save`,
+  `checkpoint_share` (1 with shared_dir; else the nodes that split each checkpoint's shards) and
+  `checkpoint_bytes_needed` (free space needed where they land, on each node; 0: no saves, or the model not
+  readable); derived from the model and launch.sh, which the identity covers, so not part of it either;
 - `arrival.json`: the copies again, each with its files (node path, size, mtime, sha256): what each node's arrival
   ledger (`<deploy root>/.rollout8-arrival.json`) is checked against;
 - `send/`: the deploy root as symlinks to the copies' sources, what the artifacts role's one rsync per node sends.
@@ -40,6 +45,8 @@ from ..lock import load_lock
 from ..models import StrictModel
 from ..yamlio import load_json
 from . import check as check_rules
+from .check_common import effective
+from .checkpoint_size import checkpoint_need, model_parameters
 from .flashrl_config import dump_config
 from .node_path import container_mounts
 from .render import FLASHRL_FILE, LAUNCH_FILE, launch_text, render
@@ -53,6 +60,10 @@ CACHE_FILE = ".sha256-cache.json"
 PREVIEW_DIR = Path("<plan dir>")  # where a preview (plan --no-artifacts) says the generated files would be
 PROFILE_CHECK_CACHE = ".profile-checks"  # check_profile's passes, by the key of their inputs
 SCHEMA = 1
+# the checkpoints' sizing (checkpoint_size.CheckpointNeed.plan_fields): derived from the model's bytes and the
+# rendered launch.sh, both in the identity already, so a plan of an earlier bundle keeps its job id
+SIZING_FIELDS = ("model_parameters", "max_actor_ckpt_to_keep", "checkpoint_saves_kept", "checkpoint_bytes_per_save",
+                 "checkpoint_share", "checkpoint_bytes_needed")
 
 
 class Copy(StrictModel):
@@ -84,6 +95,12 @@ class Plan(StrictModel):
     shared_dir: str | None = None
     checkpoint_dir: str | None = None
     mounts: list[str] = []
+    model_parameters: int | None = None
+    max_actor_ckpt_to_keep: int | None = None
+    checkpoint_saves_kept: int = 0
+    checkpoint_bytes_per_save: int = 0
+    checkpoint_share: int = 1
+    checkpoint_bytes_needed: int = 0
 
     def to_json(self) -> dict:
         data = self.model_dump(mode="json")
@@ -98,7 +115,8 @@ class Plan(StrictModel):
 
     def identity(self) -> str:
         """The job's identity: what runs and on which bytes (not where the controller keeps its copies)."""
-        fields = {k: v for k, v in self.to_json().items() if k not in ("copies", "job_id", "image", "mounts")}
+        fields = {k: v for k, v in self.to_json().items() if k not in ("copies", "job_id", "image", "mounts")
+                  and k not in SIZING_FIELDS}
         return sha256_json(fields)[:12]
 
 
@@ -174,15 +192,17 @@ def _refresh(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path | None = None,
-                        artifacts: bool = True) -> None:
+                        artifacts: bool = True, nic_in_inventory: bool = False) -> None:
     """`rollout8 check`'s rules, once: any error stops the plan, each finding on its own line."""
-    errors = [f for f in check_rules.run_checks(spec, profile_cache, artifacts) if f.level == "error"]
+    errors = [f for f in check_rules.run_checks(spec, profile_cache, artifacts, nic_in_inventory)
+              if f.level == "error"]
     if errors:
         lines = "\n".join(f.line() for f in errors)
         raise CheckFailed(f"rollout8 check {source} failed: {len(errors)} error(s)\n{lines}")
 
 
-def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = True, artifacts: bool = True) -> Plan:
+def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = True, artifacts: bool = True,
+               nic_in_inventory: bool = False) -> Plan:
     """Check, render and plan in memory, then write DIR's files, the plan last. A spec the plan cannot be made of
     (a failed check, a missing artifact, a node path outside the deploy root) writes none of them (only check's
     cache of a profile that passed): no plan is left behind, and an earlier one in DIR stays as it was.
@@ -192,7 +212,8 @@ def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = Tru
     checksums are part of the job's identity, so a plan the nodes take needs the files (its job_id stays empty)."""
     spec = load_spec(spec_path)
     if check:
-        refuse_check_errors(spec, spec_path, out / PROFILE_CHECK_CACHE if artifacts and out else None, artifacts)
+        refuse_check_errors(spec, spec_path, out / PROFILE_CHECK_CACHE if artifacts and out else None, artifacts,
+                            nic_in_inventory)
     rendered = render(spec)
     out = out if artifacts and out is not None else PREVIEW_DIR  # a preview names it, never writes it
     cache_file = out / CACHE_FILE
@@ -253,6 +274,9 @@ def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = Tru
         mounts=container_mounts([node_paths[what] for what in spec.artifacts()],
                                 [root] + ([spec.cluster.shared_dir] if spec.cluster.shared_dir else []))
         if spec.deploy.shared_storage else [],
+        **checkpoint_need(model_parameters(spec.local_path("bf16")), effective(rendered, "trainer.save_freq"),
+                          effective(rendered, "trainer.max_actor_ckpt_to_keep"), steps[1] if steps[0] else None,
+                          spec.cluster.nnodes, spec.cluster.shared_dir).plan_fields(),
     )
     if not artifacts:
         return plan

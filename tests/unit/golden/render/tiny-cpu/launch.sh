@@ -8,6 +8,8 @@ export FLASHRL_LMHEAD_FP32=0
 export VLLM_USE_V1=1
 export HF_HUB_OFFLINE=1
 export RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1
+export GLOO_SOCKET_IFNAME=data0
+export TP_SOCKET_IFNAME=data0
 exec python3 -m verl.trainer.main_ppo \
   algorithm.adv_estimator=grpo \
   data.train_files=/var/lib/rollout8/runs/tiny-cpu/data/train.parquet \
