@@ -19,7 +19,11 @@
 #      when their pid is taken by another process of this boot;
 #   6. the firewall (/etc/nftables.conf, the README's rule that sim_nodes.firewall wrote), as nftables.service
 #      loads it at boot: a restarted node's network namespace is a new one, without rules;
-#   7. sshd in the foreground.
+#   7. the site's unkind traits (sim_nodes.py names the node of each): ROLLOUT8_SIM_LOGIN_UID=N gives the login
+#      user (ROLLOUT8_SIM_LOGIN_USER) uid and gid N, where a site's nodes were set up one by one; with
+#      ROLLOUT8_SIM_NO_DEFAULT_ROUTE=1 the node has no default route, as air-gapped nodes often have none (the
+#      management network stays reachable on its own subnet: the bastion is there);
+#   8. sshd in the foreground.
 set -u
 ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
 mkdir -p /run/sshd
@@ -59,5 +63,13 @@ dockerd --data-root /var/lib/docker --bridge none --iptables=false --cgroup-pare
   >/var/log/dockerd.log 2>&1 &
 if grep -q "^table" /etc/nftables.conf 2>/dev/null; then
   nft -f /etc/nftables.conf || echo "node-init: /etc/nftables.conf did not load" >&2
+fi
+if [ -n "${ROLLOUT8_SIM_LOGIN_UID:-}" ] && [ "$(id -u "$ROLLOUT8_SIM_LOGIN_USER")" != "$ROLLOUT8_SIM_LOGIN_UID" ]; then
+  groupmod -g "$ROLLOUT8_SIM_LOGIN_UID" "$ROLLOUT8_SIM_LOGIN_USER" &&
+    usermod -u "$ROLLOUT8_SIM_LOGIN_UID" -g "$ROLLOUT8_SIM_LOGIN_UID" "$ROLLOUT8_SIM_LOGIN_USER" ||
+    echo "node-init: $ROLLOUT8_SIM_LOGIN_USER keeps its uid" >&2
+fi
+if [ "${ROLLOUT8_SIM_NO_DEFAULT_ROUTE:-}" = 1 ]; then
+  ip route del default 2>/dev/null || true
 fi
 exec /usr/sbin/sshd -D -e

@@ -48,6 +48,14 @@ LOOPBACK_HOSTNAME_NODE = "rollout8-sim-w2"
 # The node as old as the vendors' (sim_images.OLD_BASE_IMAGE: Python 3.9, no python3-requests).
 OLD_PYTHON_NODE = "rollout8-sim-w1"
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
+# The node whose login user has another uid:gid than on the others (node-init.sh), as on a site whose nodes were set
+# up one by one: the demo's training containers run as one uid:gid (rollout8_container_user in
+# virtual/inventory/group_vars/cluster.yml); without it the facts play refuses the cluster naming both ids.
+OTHER_UID_NODE = "rollout8-sim-w1"
+OTHER_UID = 1001
+# The node without a default route (node-init.sh), as air-gapped nodes often are: its cluster address comes from the
+# data NIC the inventory names; with none named it is refused, naming it.
+NO_ROUTE_NODE = "rollout8-sim-w2"
 # Every node is reached through one bastion (ssh ProxyJump), as an Atlas cluster behind its jump host: the nodes'
 # firewall takes ssh from the bastion only, and the bastion's sshd takes few unauthenticated connections at once
 # (MaxStartups start:rate:full, far below sshd's default 10:30:100, which 16+ nodes at once exceed): a connection
@@ -178,12 +186,13 @@ def up() -> str:
     for name in NODES:
         mounts = sorted([f"{SHARED_HOST}:{SHARED_EXPORT}", f"{SHARED_MODELS}:{SHARED_MODELS}",
                          f"{node_volume(name)}:/var/lib/docker"])
-        want = sorted(mounts + [f"net:{NETWORK}", f"net:{DATA_NETWORK}"])
+        want = sorted(mounts + [f"net:{NETWORK}", f"net:{DATA_NETWORK}"] + [f"env:{e}" for e in node_env(name)])
         state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}"
                    "{{if .Name}}{{.Name}}{{else}}{{.Source}}{{end}}:{{.Destination}} {{end}}"
-                   "{{range $net, $_ := .NetworkSettings.Networks}}net:{{$net}} {{end}}", name,
+                   "{{range $net, $_ := .NetworkSettings.Networks}}net:{{$net}} {{end}}"
+                   '{{range .Config.Env}}env:{{.}} {{end}}', name,
                    check=False, capture=True)
-        fields = state.stdout.split()
+        fields = [f for f in state.stdout.split() if not f.startswith("env:") or f.startswith("env:ROLLOUT8_SIM_")]
         if state.returncode == 0 and fields[1] == images[name] and sorted(fields[2:]) == want:
             if fields[0] != "true":
                 sh("docker", "start", name, capture=True)
@@ -196,10 +205,9 @@ def up() -> str:
         # replace the nodes while the volumes of the last session's cluster survive). The image is loaded again.
         sh("docker", "volume", "rm", "-f", node_volume(name), check=False, capture=True)
         # created on the management network (the default route), the data network connected before it boots
-        loopback = ["-e", "ROLLOUT8_SIM_HOSTNAME_LOOPBACK=1"] if name == LOOPBACK_HOSTNAME_NODE else []
         sh("docker", "create", "--name", name, "--hostname", name, "--network", NETWORK, "--label", LABEL,
            "--init", "--shm-size", "512m", *NODE_PRIVILEGE, *(arg for m in mounts for arg in ("-v", m)),
-           "-e", f"ROLLOUT8_SIM_DATA_NIC={DATA_NIC}", *loopback, images[name], *NODE_COMMAND, capture=True)
+           *(arg for e in node_env(name) for arg in ("-e", e)), images[name], *NODE_COMMAND, capture=True)
         sh("docker", "network", "connect", DATA_NETWORK, name, capture=True)
         sh("docker", "start", name, capture=True)
     bastion_up(image)
@@ -211,6 +219,19 @@ def up() -> str:
     print(f">> simulated cluster up: {', '.join(NODES)} (inventory {INVENTORY.relative_to(REPO)}, ssh as "
           f"{NODE_USER})", file=sys.stderr)
     return image
+
+
+def node_env(name: str) -> list[str]:
+    """The node's traits, as node-init.sh reads them from its environment (part of what `up` compares: a node
+    with other traits is replaced)."""
+    env = [f"ROLLOUT8_SIM_DATA_NIC={DATA_NIC}"]
+    if name == LOOPBACK_HOSTNAME_NODE:
+        env.append("ROLLOUT8_SIM_HOSTNAME_LOOPBACK=1")
+    if name == OTHER_UID_NODE:
+        env += [f"ROLLOUT8_SIM_LOGIN_USER={NODE_USER}", f"ROLLOUT8_SIM_LOGIN_UID={OTHER_UID}"]
+    if name == NO_ROUTE_NODE:
+        env.append("ROLLOUT8_SIM_NO_DEFAULT_ROUTE=1")
+    return sorted(env)
 
 
 def bastion_up(image: str) -> None:

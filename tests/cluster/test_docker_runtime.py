@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import platform
+import re
 import subprocess
 import sys
 import tarfile
@@ -51,6 +52,8 @@ def docker_spec(work: Path) -> Path:
     spec = work / "docker-run.yaml"
     text = run_spec.read_text().replace("nnodes: 3", "nnodes: 1").replace("name: tiny-cpu-sim", "name: tiny-cpu-docker")
     text = text.replace("  root: /var/lib/rollout8/runs/tiny-cpu-sim", f"  root: {ROOT}\n  shared_storage: true")
+    # one node, this machine: no data NIC to name (its interfaces have other names than the simulated nodes')
+    text = re.sub(r"\n  network:\n    nic: \S+[^\n]*", "", text)
     assert "shared_storage: true" in text
     text = text.replace(" tiny/", f" {run_spec.parent}/tiny/").replace(" data/", f" {run_spec.parent}/data/")
     spec.write_text(text)

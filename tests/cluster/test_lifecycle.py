@@ -70,6 +70,8 @@ def lifecycle_spec(cluster: Cluster) -> Path:
     spec["data"] = {"train": str((base / spec["data"]["train"]).resolve()),
                     "val": str((base / spec["data"]["val"]).resolve()), "reward": str(reward)}
     spec["cluster"]["shared_dir"] = simcluster.SHARED_DIR
+    # the data NIC named in the inventory only (rollout8_cluster_nic for every node: the README's step 3)
+    spec["cluster"].pop("network", None)
     spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-lifecycle"
     spec["verl"].update({"trainer.experiment_name": "tiny-cpu-lifecycle", "trainer.total_training_steps": STEPS,
                          "trainer.save_freq": 1})
@@ -96,6 +98,12 @@ def containers(cluster: Cluster) -> dict[str, str]:
     """Each node's training container: its id and when it started (the same after a run that changed nothing)."""
     return {node: cluster.node(node, "docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}}",
                                "rollout8-train").stdout.strip() for node in NODES}
+
+
+def ray_processes(cluster: Cluster) -> dict[str, str]:
+    """Each node's raylet pid in its training container (another after Ray restarted)."""
+    find = "for p in /proc/[0-9]*; do grep -qa raylet/raylet $p/cmdline 2>/dev/null && echo ${p#/proc/}; done"
+    return {node: cluster.container(node, "sh", "-c", find).stdout.split() for node in NODES}
 
 
 def trained_by(cluster: Cluster, job: str) -> list[int]:
@@ -189,6 +197,19 @@ def lifecycle(sim_cluster) -> dict:
     assert said, text[-4000:]
     assert "TASK [preflight" not in refused.output and "TASK [runtime" not in refused.output
     assert containers(sim_cluster) == before
+
+    # 3b. another run spec (another run) while the job runs: refused naming the job, nothing on the nodes changed
+    rays = ray_processes(sim_cluster)
+    assert all(rays.values()), rays
+    other = sim_cluster.playbook(kind="verl", follow=False, timeout=900)
+    text = one_line(other.output)
+    assert other.rc != 0, text[-4000:]
+    assert re.search(rf"job {job} \(run tiny-cpu-lifecycle\) is RUNNING at step \d+ on this cluster; run "
+                     rf"{yaml.safe_load(sim_cluster.spec.read_text())['name']} \(.+\) is another run spec: its "
+                     r"training containers, image and Ray would replace that job's and kill it\. Nothing on the nodes "
+                     r"was changed\..* -e rollout8_replace=true stops it and submits this run\.", text), text[-4000:]
+    assert "TASK [preflight" not in other.output and "TASK [runtime" not in other.output
+    assert containers(sim_cluster) == before and ray_processes(sim_cluster) == rays
 
     # 4. replaced: the job stopped, the edited version resumes from the run's latest checkpoint
     checkpointed = latest_checkpoint(shared)
