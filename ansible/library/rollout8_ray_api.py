@@ -117,7 +117,7 @@ def read_json(path):
 
 def keeper_view(keeper_dir, job_id, status):
     """(status, the keeper's record or None): a FAILED or unknown job is RESUMING while the keeper is on, alive and
-    has neither resubmitted it nor given up."""
+    has neither resubmitted it, given up, nor seen it end."""
     config = read_json(os.path.join(keeper_dir, "keeper.json")) or {}
     path = os.path.join(keeper_dir, "keeper-status.json")
     record = read_json(path)
@@ -133,7 +133,8 @@ def keeper_view(keeper_dir, job_id, status):
         alive = time.time() - os.path.getmtime(path) < KEEPER_ALIVE_S
     except OSError:
         alive = False
-    if not alive or (record and record.get("state") == "gave_up"):
+    # a keeper that gave up, or saw the job end (a job Ray forgot since: its Ray restarted), resumes nothing
+    if not alive or (record and record.get("state") in ("gave_up", "ended")):
         return status, record
     return "RESUMING", record
 

@@ -160,6 +160,10 @@ def test_verify_sees_a_failed_job_as_resuming_while_the_keeper_is_on_and_alive(t
     (tmp_path / "keeper-status.json").write_text(json.dumps({**record, "state": "gave_up", "reason": "x"}))
     assert api.keeper_view(str(tmp_path), "job-a", "FAILED") == ("FAILED", {**record, "state": "gave_up",
                                                                              "reason": "x"})
+    # a job the keeper saw succeed, that Ray no longer knows (its Ray restarted since): ended, not resuming (the
+    # guard would otherwise refuse every other run while it is "RESUMING")
+    (tmp_path / "keeper-status.json").write_text(json.dumps({**record, "state": "ended"}))
+    assert api.keeper_view(str(tmp_path), "job-a", "NONE")[0] == "NONE"
     (tmp_path / "keeper-status.json").write_text(json.dumps(record))
     old = time.time() - api.KEEPER_ALIVE_S - 1
     os.utime(tmp_path / "keeper-status.json", (old, old))
