@@ -10,6 +10,7 @@ or refused in one line before anything on the nodes changes:
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -21,10 +22,20 @@ from conftest import Cluster, Run, one_line
 NO_SUCH_IMAGE = "sha256:" + "0" * 64  # an id no node has: every node needs the image
 
 
+def absolute_spec(cluster: Cluster) -> dict:
+    """The tests' run spec with its paths made absolute, to be written elsewhere."""
+    spec = yaml.safe_load(cluster.spec.read_text())
+    base = cluster.spec.parent
+    spec["model"] = {k: (str((base / v).resolve()) if k in ("bf16", "int8", "profile") else v)
+                     for k, v in spec["model"].items()}
+    spec["data"] = {k: str((base / v).resolve()) for k, v in spec["data"].items()}
+    return spec
+
+
 def test_a_node_whose_login_uid_differs_is_refused_naming_both_ids(sim_cluster: Cluster, converged: Run):
     assert converged.rc == 0, converged.output[-3000:]
     refused = sim_cluster.playbook("--tags", "preflight", "-e", "rollout8_container_user=", timeout=300)
-    out = one_line(refused.output)
+    out = one_line(refused.output).replace("''", "'")  # the YAML callback doubles a quote
     assert refused.rc != 0, out[-3000:]
     uid, other = simcluster.NODE_UID, simcluster.OTHER_UID
     same = ", ".join(n for n in simcluster.NODES if n != simcluster.OTHER_UID_NODE)
@@ -49,11 +60,7 @@ def test_a_node_without_a_default_route_and_no_nic_named_is_refused_naming_it(si
     head, rest = text.split("[cluster:children]", 1)
     inventory.write_text(f"[head]\n{node} ansible_host={address}\n\n[workers]\n\n[cluster:children]{rest}")
     os.symlink(simcluster.INVENTORY.parent / "group_vars", inventory.parent / "group_vars")
-    spec = yaml.safe_load(sim_cluster.spec.read_text())
-    base = sim_cluster.spec.parent
-    spec["model"] = {k: (str((base / v).resolve()) if k in ("bf16", "int8", "profile") else v)
-                     for k, v in spec["model"].items()}
-    spec["data"] = {k: str((base / v).resolve()) for k, v in spec["data"].items()}
+    spec = absolute_spec(sim_cluster)
     spec["cluster"].update(nnodes=1)
     spec["cluster"].pop("network", None)
     one = tmp_path / "one-node.yaml"
@@ -61,7 +68,7 @@ def test_a_node_without_a_default_route_and_no_nic_named_is_refused_naming_it(si
     refused = simcluster.run_playbook(inventory, one, sim_cluster.work, sim_cluster.facts, *sim_demo.image_args(one),
                                       "--tags", "preflight", "-e", "rollout8_cluster_nic=", "-e",
                                       "rollout8_plan_check=false", timeout=300)
-    out = one_line(refused.output)
+    out = one_line(refused.output).replace("''", "'")  # the YAML callback doubles a quote
     assert refused.rc != 0, out[-3000:]
     assert (f"{node}: no default route, and neither rollout8_cluster_nic, the run spec's cluster.network.nic nor "
             "rollout8_node_address names its cluster address: set rollout8_cluster_nic") in out, out[-3000:]
@@ -70,23 +77,34 @@ def test_a_node_without_a_default_route_and_no_nic_named_is_refused_naming_it(si
 
 
 def test_a_stage_directory_the_squashed_root_cannot_reach_is_refused_before_any_send(sim_cluster: Cluster,
-                                                                                    converged: Run):
+                                                                                    converged: Run, tmp_path: Path):
     """The shared directory without search permission for others: docker load (root, squashed to nobody) could not
-    read the tarball there. Every node that would load is refused, naming the directory, and nothing is sent."""
+    read the tarball there. Every node that would load is refused, naming the directory, and nothing is sent. The
+    tarball is a stand-in whose `make image-save` record names an image no node has (the probe comes before any
+    byte of it is read)."""
     assert converged.rc == 0, converged.output[-3000:]
+    image = simcluster.train_image()
+    tarball = tmp_path / "standin.tar"
+    tarball.write_bytes(b"not sent")
+    (tmp_path / "standin.tar.json").write_text(json.dumps({"image": image, "id": NO_SUCH_IMAGE,
+                                                           "architecture": "amd64", "os": "linux", "size": 8}))
+    spec = absolute_spec(sim_cluster)
+    spec["cluster"]["shared_dir"] = simcluster.SHARED_DIR  # the image goes there once, every node loads it there
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(yaml.safe_dump(spec, sort_keys=False))
     export = simcluster.SHARED_HOST
     mode = export.stat().st_mode & 0o7777
     export.chmod(0o750)
     try:
-        refused = sim_cluster.playbook("--tags", "image", "-e", f"rollout8_image_id={NO_SUCH_IMAGE}", timeout=300)
+        refused = sim_cluster.playbook("--tags", "image", "-e", "rollout8_image_id=", "-e",
+                                       f"rollout8_image_tarball={tarball}", spec=shared, timeout=300)
     finally:
         export.chmod(mode)
-    out = one_line(refused.output)
+    out = one_line(refused.output).replace("''", "'")  # the YAML callback doubles a quote
     assert refused.rc != 0, out[-3000:]
     for node in simcluster.NODES:
         assert (f"{node}: {simcluster.SHARED_DIR} does not let others search it (as nobody, 65534: `docker load` "
                 "reads the tarball as root") in out, out[-3000:]
     assert "Nothing was sent." in out
     assert "TASK [image : Send the tarball" not in out and "TASK [image : Docker load" not in out
-    leftovers = [p for p in (export / ".rollout8-images").glob("*") if p.name.startswith(".rollout8-partial")]
-    assert not leftovers, leftovers
+    assert not list(export.rglob("standin.tar")), "the tarball was sent"
