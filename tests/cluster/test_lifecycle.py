@@ -6,9 +6,10 @@
 3. the spec is edited while the job runs (an environment key removed, a retention limit added) and train.yml run
    again: nothing on the nodes changes (the same training containers, the job still running) and one line names
    the running job, its step, the changed keys and the two choices (issue 28, part 1);
-4. with -e rollout8_replace=true the job is stopped and the edited version submitted: it resumes from the run's
-   latest checkpoint (found by the run's identity, which neither edit changes), trains only the steps after it,
-   and the removed environment key is absent from the new training containers;
+4. with -e rollout8_replace=true the job is stopped right after its next checkpoint lands and the edited version
+   submitted: it resumes from that checkpoint (found by the run's identity, which neither edit changes), trains
+   only the steps after it (none twice), and the removed environment key is absent from the new training
+   containers;
 5. a worker's training container is stopped mid-run (right after a checkpoint landed on the shared directory) and
    started again, with no controller action: its keeper starts Ray again, the head's keeper sees the job failed,
    waits until every node is back and resubmits it (issue 28, part 3);
@@ -221,6 +222,10 @@ def lifecycle(sim_cluster) -> dict:
     first_job, job = job, [j for j in jobs_in(replaced.output) if j != job][-1]
     assert f"job {first_job} STOPPED: this version of the run spec is applied and submitted next" \
         in one_line(replaced.output), one_line(replaced.output)[-4000:]
+    # stopped right after a checkpoint landed (the replace waits for the next save): no trained step trained again
+    landed = re.search(rf"job {first_job}: its step-(\d+) checkpoint landed: stopping it now, this version resumes "
+                       r"there and trains no step twice", one_line(replaced.output))
+    assert landed, one_line(replaced.output)[-4000:]
     for node in NODES:
         env = sim_cluster.container(node, "printenv").stdout
         assert f"{ENV_KEY}=" not in env, (node, env)
@@ -245,8 +250,8 @@ def lifecycle(sim_cluster) -> dict:
     first = trained_by(sim_cluster, first_job)
     assert replacing["resumed_from"] is not None and replacing["resumed_from"] >= checkpointed, \
         (replacing, checkpointed)
-    assert max(first) <= replacing["resumed_from"] and replacing["trained"][0] == replacing["resumed_from"] + 1, \
-        (first, replacing)
+    assert max(first) == replacing["resumed_from"] == int(landed.group(1)), (first, replacing, landed.group(0))
+    assert replacing["trained"][0] == replacing["resumed_from"] + 1, (first, replacing)
 
     # 6. verify follows the run through the automatic resume to its end: only the remaining steps, each once
     done = sim_cluster.playbook("--tags", "verify", kind="verl", spec=spec, timeout=TIMEOUT)
