@@ -67,7 +67,7 @@ demo-compare: sysdeps venv ## the demo's int8 run and its bf16 twin on the simul
 	$(PY) virtual/simcluster.py compare $(DEMO_ARGS)
 
 .PHONY: demo-down
-demo-down: ## remove the simulated cluster's containers, their Docker volumes (the images they loaded) and network
+demo-down: ## remove the simulated cluster's containers, their Docker volumes (the images they loaded), network and the demo runs' checkpoints (the next demo starts anew)
 	$(PY) virtual/simcluster.py down
 
 .PHONY: test-unit

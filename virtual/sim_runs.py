@@ -10,10 +10,13 @@ The profile is not made here: that is the Ansible plan role's job.
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from pathlib import Path
 
 import yaml
 from sim_images import REPO, content_key, sh
+from sim_nodes import SHARED_HOST
 
 SHIPPED_SPEC = REPO / "configs" / "runs" / "tiny-cpu.yaml"
 MODEL_PRESET = "tiny-engine"  # head_dim 64: vLLM's CPU attention refuses the `tiny` preset's 16
@@ -65,6 +68,27 @@ def demo_spec() -> Path:
     """configs/runs/tiny-cpu.yaml itself, with the artifacts it names (out/tiny, out/tiny-data) built if missing."""
     _build_artifacts(REPO / "out" / "tiny", REPO / "out" / "tiny-data")
     return SHIPPED_SPEC
+
+
+def demo_runs() -> list[str]:
+    """The names of the demo's runs: the shipped spec's (`make demo`) and its bf16 twin's (`make demo-compare`)."""
+    name = yaml.safe_load(SHIPPED_SPEC.read_text())["name"]
+    return [name, f"{name}-bf16"]
+
+
+def clear_demo_runs(shared: Path = SHARED_HOST) -> list[Path]:
+    """What the demo's runs left on the simulated shared directory (their checkpoints, under <shared>/<run name>),
+    removed: a demo on new nodes starts its run anew instead of resuming at its last step, with nothing left to
+    train. Every other directory there (the tests', a user's own runs) is left as it is. Returns what it removed."""
+    removed = []
+    for name in demo_runs():
+        path = shared / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+            removed.append(path)
+    if removed:
+        print(f">> removed the demo's checkpoints: {', '.join(map(str, removed))}", file=sys.stderr)
+    return removed
 
 
 def full_gc_twin(spec_path: Path, out: Path) -> Path:

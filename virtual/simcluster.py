@@ -60,6 +60,8 @@ from sim_nodes import (
     FIREWALL_CONF,
     GROUP_VARS,
     HERE,
+    HOMES_DIR,
+    HOMES_HOST,
     INVENTORY,
     LABEL,
     LOOPBACK_HOSTNAME_NODE,
@@ -91,7 +93,17 @@ from sim_nodes import (
     up,
     write_inventory,
 )
-from sim_runs import MODEL_PRESET, SHIPPED_SPEC, bf16_twin, demo_spec, from_scratch, full_gc_twin, prepare_run
+from sim_runs import (
+    MODEL_PRESET,
+    SHIPPED_SPEC,
+    bf16_twin,
+    clear_demo_runs,
+    demo_runs,
+    demo_spec,
+    from_scratch,
+    full_gc_twin,
+    prepare_run,
+)
 
 __all__ = [
     # sim_images
@@ -101,7 +113,7 @@ __all__ = [
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",
     # sim_nodes
     "ANSIBLE_DIR", "BASTION", "BASTION_MAX_STARTUPS", "DATA_NETWORK", "DATA_NIC", "DOCKER_INVENTORY", "GROUP_VARS",
-    "HERE", "INVENTORY", "LABEL",
+    "HERE", "HOMES_DIR", "HOMES_HOST", "INVENTORY", "LABEL",
     "LOOPBACK_HOSTNAME_NODE", "NETWORK", "NO_ROUTE_NODE", "NODE_PRIVILEGE", "NODES", "OLD_PYTHON_NODE", "OTHER_UID",
     "OTHER_UID_NODE", "RECAP", "SHARED_DIR",
     "SHARED_EXPORT",
@@ -109,7 +121,8 @@ __all__ = [
     "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export", "prerequisites",
     "run_playbook", "up", "write_inventory",
     # sim_runs
-    "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "demo_spec", "from_scratch", "full_gc_twin",
+    "MODEL_PRESET", "SHIPPED_SPEC", "bf16_twin", "clear_demo_runs", "demo_runs", "demo_spec", "from_scratch",
+    "full_gc_twin",
     "prepare_run",
     # sim_demo
     "DEMO_WORK", "compare", "demo", "job_kind", "run_jobs", "latest_job_logs", "probe_verdict", "verl_verdict",
@@ -125,6 +138,7 @@ def main(argv: list[str]) -> int:
         print(demo_spec())
     elif command == "down":
         down()
+        clear_demo_runs()  # the next `make demo` finds new nodes: its run starts anew
     elif command == "wheel":
         print(bundle_wheel())
     elif command == "demo":

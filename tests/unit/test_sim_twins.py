@@ -4,7 +4,7 @@ spec for `rollout8 check`, differs from its source only where it says, and the b
 from __future__ import annotations
 
 import yaml
-from sim_runs import SHIPPED_SPEC, bf16_twin, from_scratch, full_gc_twin
+from sim_runs import SHIPPED_SPEC, bf16_twin, clear_demo_runs, demo_runs, from_scratch, full_gc_twin
 
 from rollout8.runspec.check import run_checks
 from rollout8.runspec.runspec import load_spec
@@ -43,3 +43,19 @@ def test_bench_copies_never_resume_and_keep_their_source_apart(tmp_path):
             if key in copy["model"]:
                 assert (SHIPPED_SPEC.parent / source["model"][key]).resolve() == \
                     (tmp_path / copy["model"][key]).resolve()
+
+
+def test_demo_down_clears_the_demo_runs_checkpoints_and_nothing_else(tmp_path):
+    """`make demo-down` then `make demo` on new nodes: the demo's run must start anew, not resume at its last step
+    (refused: nothing left to train). Only the demo's runs go; the tests' and a user's own runs stay."""
+    shared = tmp_path / "shared"
+    for name in [*demo_runs(), "my-own-run", "tiny-cpu-sim", ".rollout8-images"]:
+        (shared / name / "checkpoints").mkdir(parents=True)
+        (shared / name / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("3")
+    (tmp_path / "twin").mkdir()
+    twin = yaml.safe_load(bf16_twin(SHIPPED_SPEC, tmp_path / "twin").read_text())["name"]
+    assert demo_runs() == [yaml.safe_load(SHIPPED_SPEC.read_text())["name"], twin]
+    assert sorted(p.name for p in clear_demo_runs(shared)) == sorted(demo_runs())
+    assert sorted(p.name for p in shared.iterdir()) == [".rollout8-images", "my-own-run", "tiny-cpu-sim"]
+    assert clear_demo_runs(shared) == []  # again: nothing to do
+
