@@ -22,7 +22,9 @@
 #   7. the site's unkind traits (sim_nodes.py names the node of each): ROLLOUT8_SIM_LOGIN_UID=N gives the login
 #      user (ROLLOUT8_SIM_LOGIN_USER) uid and gid N, where a site's nodes were set up one by one; with
 #      ROLLOUT8_SIM_NO_DEFAULT_ROUTE=1 the node has no default route, as air-gapped nodes often have none (the
-#      management network stays reachable on its own subnet: the bastion is there);
+#      management network stays reachable on its own subnet: the bastion is there); with ROLLOUT8_SIM_HOMES=DIR
+#      the login user's home is on a root-squashed share (/srv/rollout8-homes served at DIR), as on sites whose
+#      homes are NFS: root (sudo) cannot read what the login user keeps there;
 #   8. sshd in the foreground.
 set -u
 ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
@@ -68,6 +70,18 @@ if [ -n "${ROLLOUT8_SIM_LOGIN_UID:-}" ] && [ "$(id -u "$ROLLOUT8_SIM_LOGIN_USER"
   groupmod -g "$ROLLOUT8_SIM_LOGIN_UID" "$ROLLOUT8_SIM_LOGIN_USER" &&
     usermod -u "$ROLLOUT8_SIM_LOGIN_UID" -g "$ROLLOUT8_SIM_LOGIN_UID" "$ROLLOUT8_SIM_LOGIN_USER" ||
     echo "node-init: $ROLLOUT8_SIM_LOGIN_USER keeps its uid" >&2
+fi
+if [ -d /srv/rollout8-homes ] && [ -n "${ROLLOUT8_SIM_HOMES:-}" ] && [ -n "${ROLLOUT8_SIM_LOGIN_USER:-}" ]; then
+  install -d -m 0755 -o "$ROLLOUT8_SIM_LOGIN_USER" -g "$ROLLOUT8_SIM_LOGIN_USER" \
+    "/srv/rollout8-homes/$ROLLOUT8_SIM_LOGIN_USER"
+  mkdir -p "$ROLLOUT8_SIM_HOMES"
+  /usr/local/sbin/rollout8-rootsquash /srv/rollout8-homes "$ROLLOUT8_SIM_HOMES" >/var/log/rootsquash-homes.log 2>&1 &
+  for _ in $(seq 50); do mountpoint -q "$ROLLOUT8_SIM_HOMES" && break; sleep 0.2; done
+  if mountpoint -q "$ROLLOUT8_SIM_HOMES"; then
+    usermod -d "$ROLLOUT8_SIM_HOMES/$ROLLOUT8_SIM_LOGIN_USER" "$ROLLOUT8_SIM_LOGIN_USER"
+  else
+    echo "node-init: $ROLLOUT8_SIM_HOMES is not mounted (/var/log/rootsquash-homes.log)" >&2
+  fi
 fi
 if [ "${ROLLOUT8_SIM_NO_DEFAULT_ROUTE:-}" = 1 ]; then
   ip route del default 2>/dev/null || true

@@ -137,6 +137,13 @@ SHARED_EXPORT = "/srv/rollout8-export"
 # mounts it): a run spec with deploy.shared_storage names its artifacts there, outside cluster.shared_dir, and only
 # training containers that mount those paths can read them.
 SHARED_MODELS = REPO / ".cache" / "cluster" / "models"
+# The login users' homes, as on many sites an NFS export with root_squash: each node's own directory here, at
+# HOMES_EXPORT on the node, served at HOMES_DIR through virtual/rootsquash.py (node-init.sh), the login user's home
+# moved there. Root (Ansible's become) cannot read what the login user writes in it: Ansible's remote temporary
+# directory must not be there (ansible.cfg's remote_tmp).
+HOMES_HOST = REPO / ".cache" / "cluster" / "homes"
+HOMES_EXPORT = "/srv/rollout8-homes"
+HOMES_DIR = "/nfs-home"
 # Each node's own Docker daemon keeps its data root (the images it loaded) on the node's volume: what a real node's
 # disk is. It outlives the container stopped and started (a re-run of `make demo` finds the training image loaded);
 # `down` removes it, and so does replacing the container (up: a new machine).
@@ -176,7 +183,7 @@ def up() -> str:
     prerequisites()
     image = node_image()
     images = {name: node_image(old=True) if name == OLD_PYTHON_NODE else image for name in NODES}
-    for shared in (SHARED_HOST, SHARED_MODELS):
+    for shared in (SHARED_HOST, SHARED_MODELS, *(HOMES_HOST / name for name in NODES)):
         shared.mkdir(parents=True, exist_ok=True)
     own_export()
     for network, internal in ((NETWORK, False), (DATA_NETWORK, True)):
@@ -185,7 +192,7 @@ def up() -> str:
                capture=True)
     for name in NODES:
         mounts = sorted([f"{SHARED_HOST}:{SHARED_EXPORT}", f"{SHARED_MODELS}:{SHARED_MODELS}",
-                         f"{node_volume(name)}:/var/lib/docker"])
+                         f"{HOMES_HOST / name}:{HOMES_EXPORT}", f"{node_volume(name)}:/var/lib/docker"])
         want = sorted(mounts + [f"net:{NETWORK}", f"net:{DATA_NETWORK}"] + [f"env:{e}" for e in node_env(name)])
         state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}"
                    "{{if .Name}}{{.Name}}{{else}}{{.Source}}{{end}}:{{.Destination}} {{end}}"
@@ -224,11 +231,12 @@ def up() -> str:
 def node_env(name: str) -> list[str]:
     """The node's traits, as node-init.sh reads them from its environment (part of what `up` compares: a node
     with other traits is replaced)."""
-    env = [f"ROLLOUT8_SIM_DATA_NIC={DATA_NIC}"]
+    env = [f"ROLLOUT8_SIM_DATA_NIC={DATA_NIC}", f"ROLLOUT8_SIM_LOGIN_USER={NODE_USER}",
+           f"ROLLOUT8_SIM_HOMES={HOMES_DIR}"]
     if name == LOOPBACK_HOSTNAME_NODE:
         env.append("ROLLOUT8_SIM_HOSTNAME_LOOPBACK=1")
     if name == OTHER_UID_NODE:
-        env += [f"ROLLOUT8_SIM_LOGIN_USER={NODE_USER}", f"ROLLOUT8_SIM_LOGIN_UID={OTHER_UID}"]
+        env.append(f"ROLLOUT8_SIM_LOGIN_UID={OTHER_UID}")
     if name == NO_ROUTE_NODE:
         env.append("ROLLOUT8_SIM_NO_DEFAULT_ROUTE=1")
     return sorted(env)
@@ -358,11 +366,11 @@ def login_key() -> Path:
 
 
 def authorize(name: str, public_key: str) -> None:
-    """The login key in the login user's authorized_keys on the node (what a cluster's provisioning does)."""
-    home = f"/home/{NODE_USER}/.ssh"
-    subprocess.run(["docker", "exec", "-i", name, "sh", "-c",
-                    f"install -d -m 0700 -o {NODE_USER} -g {NODE_USER} {home} && cat > {home}/authorized_keys && "
-                    f"chown {NODE_USER}:{NODE_USER} {home}/authorized_keys && chmod 0600 {home}/authorized_keys"],
+    """The login key in the login user's authorized_keys on the node (what a cluster's provisioning does), written
+    as the login user: a node's home is on a root-squashed share (HOMES_HOST), where root writes as nobody."""
+    subprocess.run(["docker", "exec", "-i", "-u", NODE_USER, name, "sh", "-c",
+                    f'umask 077; h=$(getent passwd {NODE_USER} | cut -d: -f6); mkdir -p "$h/.ssh" && '
+                    'cat > "$h/.ssh/keys.new" && mv "$h/.ssh/keys.new" "$h/.ssh/authorized_keys"'],
                    input=public_key, text=True, check=True, capture_output=True)
 
 

@@ -5,6 +5,8 @@ or refused in one line before anything on the nodes changes:
   (rollout8_container_user in virtual/inventory/group_vars); left to the login users' ids, refused naming both;
 - a node without a default route (NO_ROUTE_NODE): the demo names its data NIC; with nothing named, refused naming
   the node and the knob (before, a raw Jinja error: ansible_default_ipv4 has no address there);
+- the login users' homes on a root-squashed share (HOMES_DIR): Ansible's temporary files stay off them
+  (ansible.cfg's remote_tmp), or a `copy` under become fails there;
 - the shared directory root-squashed: a stage directory the squashed root (nobody) cannot reach is refused before
   any byte of the image is sent (docker load reads the tarball as root).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import sim_demo
@@ -108,3 +111,26 @@ def test_a_stage_directory_the_squashed_root_cannot_reach_is_refused_before_any_
     assert "Nothing was sent." in out
     assert "TASK [image : Send the tarball" not in out and "TASK [image : Docker load" not in out
     assert not list(export.rglob("standin.tar")), "the tarball was sent"
+
+
+def test_ansibles_temporary_files_stay_off_the_squashed_homes(sim_cluster: Cluster, converged: Run):
+    """The login user's home is on a root-squashed share: a `copy` under become (the file staged in Ansible's remote
+    temporary directory by the login user, moved into place by root) works with ansible.cfg's remote_tmp under
+    /tmp, and fails where Ansible's default would put it, under that home."""
+    assert converged.rc == 0, converged.output[-3000:]
+    node = simcluster.OTHER_UID_NODE
+    home = sim_cluster.node(node, "getent", "passwd", simcluster.NODE_USER).stdout.split(":")[5]
+    assert home == f"{simcluster.HOMES_DIR}/{simcluster.NODE_USER}", home
+
+    def copy(*extra: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(sim_cluster.facts), ANSIBLE_NOCOLOR="1")
+        return subprocess.run([str(simcluster.REPO / ".venv" / "bin" / "ansible"), node, "-i",
+                               str(simcluster.INVENTORY), "-b", "-m", "ansible.builtin.copy", "-a",
+                               "content=probe dest=/tmp/rollout8-copy-probe mode=0644", *extra],
+                              cwd=simcluster.ANSIBLE_DIR, env=env, capture_output=True, text=True, timeout=120)
+
+    ours = copy()
+    assert ours.returncode == 0, ours.stdout[-2000:] + ours.stderr[-2000:]
+    default = copy("-e", "ansible_remote_tmp=~/.ansible/tmp")
+    assert default.returncode != 0, default.stdout[-2000:]
+    assert "Permission denied" in default.stdout + default.stderr, default.stdout[-2000:]
