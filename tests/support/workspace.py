@@ -39,3 +39,17 @@ def make_workspace(root: Path, model_pair, spec: dict, *, real_data: bool = Fals
     (root / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     assert main(["check", str(root / "spec.yaml")]) == 0
     return root
+
+
+def shipped_tiny_spec(root: Path, model_pair) -> dict:
+    """configs/runs/tiny-cpu.yaml (as a mapping) on the tiny model pair as it is, its profile and real data written
+    under root: what ships, with paths that exist on this machine."""
+    from rollout8.quant.profile import write_profile
+    from rollout8.runspec.testdata import make_dataset
+
+    data = make_dataset(root / "data", 4, 2, 0)
+    write_profile(model_pair.bf16, model_pair.int8, root / "profile.pt")
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "runs" / "tiny-cpu.yaml").read_text())
+    spec["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(root / "profile.pt"))
+    spec["data"] = {"train": str(data["train"]), "val": str(data["val"])}
+    return spec

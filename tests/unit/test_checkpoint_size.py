@@ -102,15 +102,11 @@ def test_parameters_come_from_the_safetensors_headers_without_torch(tmp_path):
 
 def test_the_plan_carries_the_sizing_outside_the_jobs_identity(tmp_path, model_pair):
     pytest.importorskip("torch")
-    from rollout8.quant.profile import write_profile
-    from rollout8.runspec.plan import SIZING_FIELDS, build_plan
-    from rollout8.runspec.testdata import make_dataset
+    from workspace import shipped_tiny_spec
 
-    data = make_dataset(tmp_path / "data", 4, 2, 0)
-    write_profile(model_pair.bf16, model_pair.int8, tmp_path / "profile.pt")
-    raw = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
-    raw["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(tmp_path / "profile.pt"))
-    raw["data"] = {"train": str(data["train"]), "val": str(data["val"])}
+    from rollout8.runspec.plan import SIZING_FIELDS, build_plan
+
+    raw = shipped_tiny_spec(tmp_path, model_pair)
     raw["cluster"]["network"] = {"nic": "eth0"}  # (3 nodes: whatever the inventory names, the spec names one)
     spec = tmp_path / "run.yaml"
     spec.write_text(yaml.safe_dump(raw))

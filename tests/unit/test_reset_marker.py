@@ -273,14 +273,9 @@ def test_reset_refuses_a_marked_deploy_root_written_with_dotdot(tmp_path):
 def run_spec(tmp_path, model_pair):
     """configs/runs/tiny-cpu.yaml for one node, its deploy root under tmp_path (a real pair, profile and data)."""
     pytest.importorskip("torch")
-    from rollout8.quant.profile import write_profile
-    from rollout8.runspec.testdata import make_dataset
+    from workspace import shipped_tiny_spec
 
-    data = make_dataset(tmp_path / "data", 4, 2, 0)
-    write_profile(model_pair.bf16, model_pair.int8, tmp_path / "profile.pt")
-    spec = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
-    spec["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(tmp_path / "profile.pt"))
-    spec["data"] = {"train": str(data["train"]), "val": str(data["val"])}
+    spec = shipped_tiny_spec(tmp_path, model_pair)
     spec["cluster"]["nnodes"] = 1
     spec["cluster"].pop("network", None)  # one node: this machine, whose interfaces have other names
     spec["deploy"]["root"] = str(tmp_path / "node" / "runs" / "tiny-cpu")
