@@ -103,7 +103,8 @@ def containers(cluster: Cluster) -> dict[str, str]:
 
 def ray_processes(cluster: Cluster) -> dict[str, str]:
     """Each node's raylet pid in its training container (another after Ray restarted)."""
-    find = "for p in /proc/[0-9]*; do grep -qa raylet/raylet $p/cmdline 2>/dev/null && echo ${p#/proc/}; done; true"
+    find = ("for p in /proc/[0-9]*; do case $(readlink $p/exe 2>/dev/null) in */raylet) echo ${p#/proc/};; esac; "
+            "done")  # by the executable: a command line naming raylet (this loop's own) is not one
     return {node: cluster.container(node, "sh", "-c", find).stdout.split() for node in NODES}
 
 
