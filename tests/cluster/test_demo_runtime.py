@@ -14,9 +14,11 @@ from __future__ import annotations
 import configparser
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import conftest
 import pytest
@@ -211,8 +213,15 @@ def test_the_shared_directory_squashes_root_on_every_node(demo_job):
         denied = on_node(node, "touch", f"{simcluster.SHARED_DIR}/.root-was-here", check=False)
         assert denied.returncode != 0 and "Permission denied" in denied.stderr, (node, denied.stderr)
         probe = f"{simcluster.SHARED_DIR}/.squash-{node}"
-        mine = on_node(node, "su", simcluster.NODE_USER, "-c", f"touch {probe} && stat -c %u:%g {probe} && rm {probe}")
-        assert mine.stdout.split() == [f"{simcluster.NODE_UID}:{simcluster.NODE_UID}"], (node, mine.stdout)
+        # as the export's owner, the training containers' uid:gid (the login user's on every node but
+        # OTHER_UID_NODE, whose login user the export maps as its own uid and refuses)
+        ids = str(simcluster.NODE_UID)
+        mine = on_node(node, "setpriv", f"--reuid={ids}", f"--regid={ids}", "--clear-groups", "sh", "-c",
+                       f"touch {probe} && stat -c %u:%g {probe} && rm {probe}")
+        assert mine.stdout.split() == [f"{ids}:{ids}"], (node, mine.stdout)
+        login = on_node(node, "su", simcluster.NODE_USER, "-c", f"touch {probe}", check=False)
+        assert (login.returncode == 0) == (node != simcluster.OTHER_UID_NODE), (node, login.stderr)
+        on_node(node, "setpriv", f"--reuid={ids}", f"--regid={ids}", "--clear-groups", "rm", "-f", probe)
 
 
 PROCESS_OWNERS = """
@@ -387,15 +396,26 @@ def test_a_node_whose_cluster_address_is_loopback_is_refused_naming_it(demo_job,
     assert all(run.recap()[name]["changed"] == 0 for name in simcluster.NODES), run.recap()
 
 
+def nic_of(node: str, address: str) -> str:
+    """The interface holding `address` on the node."""
+    for line in on_node(node, "ip", "-o", "-4", "addr", "show").stdout.splitlines():
+        if f" {address}/" in line:
+            return line.split()[1]
+    raise AssertionError(f"{node}: no interface holds {address}")
+
+
 def default_route_nic(node: str) -> str:
-    return on_node(node, "ip", "-o", "route", "show", "default").stdout.split()[4]
+    """The interface of the node's default route; empty where there is none (NO_ROUTE_NODE)."""
+    route = on_node(node, "ip", "-o", "route", "show", "default").stdout.split()
+    return route[4] if len(route) > 4 else ""
 
 
 def test_the_cluster_runs_on_the_data_nic_the_inventory_names_not_the_default_route(demo_job):
     """Every node has a management network holding the default route and a data network (data0, named in the
     simulated inventory's group_vars): Ray's node address and the sockets of Gloo and TensorPipe are on data0."""
     for node in simcluster.NODES:
-        assert default_route_nic(node) != simcluster.DATA_NIC, node
+        route = default_route_nic(node)
+        assert (route == "") if node == simcluster.NO_ROUTE_NODE else (route and route != simcluster.DATA_NIC), node
         env = on_node(node, "docker", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}",
                       CONTAINER).stdout.split()
         nic = simcluster.DATA_NIC
@@ -404,16 +424,42 @@ def test_the_cluster_runs_on_the_data_nic_the_inventory_names_not_the_default_ro
         assert f"--node_ip_address={simcluster.data_address(node)}" in raylet.split(), f"{node}: {raylet[:600]}"
 
 
-def test_without_a_data_nic_the_default_route_is_printed_and_preflight_finds_it_firewalled(demo_job):
-    """No data NIC named (the inventory's emptied): each node says its address came from the default route, the
-    management network, where the firewall drops the job's ports; preflight's reachability check refuses it before
-    anything is sent."""
-    run = demo_play("--tags", "preflight", "-e", "rollout8_cluster_nic=")
-    out = one_line(run.output)
+def test_without_a_data_nic_the_plan_refuses_and_management_addresses_are_found_firewalled(demo_job, tmp_path):
+    """No data NIC named in the spec or the inventory: the multi-node plan is refused naming the knobs, before any
+    node. The nodes' management addresses named one by one instead (rollout8_node_address): each node says where
+    its address came from, and preflight's reachability check finds the job's ports dropped there (the firewall
+    opens them on the data network only), before anything is sent."""
+    spec = yaml.safe_load(simcluster.SHIPPED_SPEC.read_text())
+    base = simcluster.SHIPPED_SPEC.parent
+    spec["model"] = {k: (str((base / v).resolve()) if k in ("bf16", "int8", "profile") else v)
+                     for k, v in spec["model"].items()}
+    spec["data"] = {k: str((base / v).resolve()) for k, v in spec["data"].items()}
+    spec["cluster"].pop("network")
+    unnamed = tmp_path / "no-nic.yaml"
+    unnamed.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+    def play(inventory: Path) -> tuple[simcluster.Run, str]:
+        run = simcluster.run_playbook(inventory, unnamed, sim_demo.DEMO_WORK, sim_demo.DEMO_WORK / "facts",
+                                      *sim_demo.image_args(unnamed), "--tags", "preflight", "-e",
+                                      "rollout8_cluster_nic=", timeout=600)
+        return run, one_line(run.output).replace("''", "'")
+
+    run, out = play(simcluster.INVENTORY)
+    assert run.rc != 0, out[-3000:]
+    assert "cluster.network.nic: unset with cluster.nnodes 3, and the inventory does not name a data NIC" in out
+    assert "TASK [Reach every node" not in out and "TASK [preflight" not in out
+
+    inventory = tmp_path / "inventory" / "hosts.ini"
+    inventory.parent.mkdir()
+    lines = [f"{line} rollout8_node_address={simcluster.address(line.split()[0])}"
+             if line.startswith("rollout8-sim-") else line for line in simcluster.INVENTORY.read_text().splitlines()]
+    inventory.write_text("\n".join(lines) + "\n")
+    os.symlink(simcluster.INVENTORY.parent / "group_vars", inventory.parent / "group_vars")
+    run, out = play(inventory)
     assert run.rc != 0, out[-3000:]
     for node in simcluster.NODES:
-        assert (f"{node}: cluster address {simcluster.address(node)} on {default_route_nic(node)} (the default "
-                "route; no data NIC is named") in out, out[-3000:]
+        assert (f"{node}: cluster address {simcluster.address(node)} on {nic_of(node, simcluster.address(node))} "
+                "(rollout8_node_address; no data NIC is named") in out, out[-3000:]
     src, dst = simcluster.NODES[1], simcluster.NODES[0]
     assert f"{src} cannot reach {dst} at {simcluster.address(dst)} on TCP " in out, out[-3000:]
     assert "Nothing was sent" in out
