@@ -67,11 +67,12 @@ def test_ansible_logs_in_over_ssh_as_the_login_user_and_becomes_root(sim_cluster
         assert "Accepted publickey for root" not in logins
         assert sim_cluster.node(node, "id", "-u", simcluster.NODE_USER).stdout.strip() != "0"
         # what the plays made on the node is root's (became), not the login user's; the run directory is the
-        # training container's user's (its keeper writes there), here the login user's
+        # training container's user's (its keeper writes there): rollout8_container_user, the export's owner, which
+        # is the login user's uid on every node but OTHER_UID_NODE
         owner = sim_cluster.node(node, "stat", "-c", "%U", "/opt/rollout8/logs").stdout.strip()
         assert owner == "root", (node, owner)
-        owner = sim_cluster.node(node, "stat", "-c", "%U", "/opt/rollout8/run").stdout.strip()
-        assert owner == simcluster.NODE_USER, (node, owner)
+        owner = sim_cluster.node(node, "stat", "-c", "%u:%g", "/opt/rollout8/run").stdout.strip()
+        assert owner == f"{simcluster.NODE_UID}:{simcluster.NODE_UID}", (node, owner)
 
 
 def hold_startups() -> list[socket.socket]:
