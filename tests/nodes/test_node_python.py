@@ -92,7 +92,8 @@ def preflight_node(tmp_path: Path, node: str, wheels: Path) -> subprocess.Comple
                   "rollout8_node_wheels_dir": str(wheels)}}], "preflight")
 
 
-STATE = "Free space near the deploy root, /dev/shm, the clock, rsync and the node's Python (one call, reads only)"
+STATE = ("Free space near the deploy root and the checkpoints, /dev/shm, the clock, rsync and the node's Python "
+         "(one call, reads only)")
 CHECK = "The node's Python can run the Docker modules (it has the requests library)"
 PYLIB = "/opt/rollout8/node-python"
 
