@@ -243,3 +243,50 @@ def test_plan_no_artifacts_takes_shared_storage_paths_only_the_nodes_have(tmp_pa
     preview = json.loads(capsys.readouterr().out)
     assert {c["what"] for c in preview["copies"]} == {"flashrl", "launch"}
     assert raw["model"]["bf16"] in preview["mounts"] and raw["data"]["train"] in preview["mounts"]
+
+
+def test_a_controller_without_the_models_plans_from_the_heads_checksums(tiny_spec, tmp_path, capsys, monkeypatch):
+    """deploy.shared_storage on a jump host: the head plans the spec where the models are (here: where they exist),
+    the controller plans it again from that plan's checksums and parameter count, reading no model file (here: the
+    files are gone), and both get the same job id and the same files to send."""
+    raw = yaml.safe_load(tiny_spec.read_text())
+    raw["deploy"] = {"root": "/var/lib/rollout8/runs/tiny-cpu", "shared_storage": True}
+    raw["data"]["reward"] = str(REPO / "configs" / "runs" / "tiny-cpu.yaml")  # any file: hashed, not run
+    spec = tmp_path / "shared.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    cli = "/usr/local/bin/rollout8"
+    head = build_plan(spec, tmp_path / "head", cli)
+    assert head.job_id and head.model_parameters
+
+    # the controller: the model directories are not there (a jump host); the head's plan is all it has
+    for what in ("bf16", "int8"):
+        shutil.move(raw["model"][what], tmp_path / f"away-{what}")
+    reads = []
+    real_open = Path.open
+    monkeypatch.setattr(Path, "open", lambda self, *a, **k: reads.append(str(self)) or real_open(self, *a, **k))
+    assert main(["plan", str(spec), "-o", str(tmp_path / "ctl"), "--node-cli", cli,
+                 "--artifacts-from", str(tmp_path / "head" / PLAN_FILE)]) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["job_id"] == head.job_id
+    mine = load_plan(tmp_path / "ctl" / PLAN_FILE)
+    assert mine.sha256 == head.sha256 and mine.model_parameters == head.model_parameters
+    assert mine.checkpoint_bytes_needed == head.checkpoint_bytes_needed > 0
+    assert (tmp_path / "ctl" / "launch.sh").read_text() == (tmp_path / "head" / "launch.sh").read_text()
+    assert not [r for r in reads if r.startswith(str(Path(raw["model"]["bf16"]).parent))], reads
+
+    # another version of the spec cannot take that plan's checksums: the job ids differ, and it says so
+    raw["verl"]["trainer.total_training_steps"] = 4
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["plan", str(spec), "-o", str(tmp_path / "ctl2"), "--node-cli", cli,
+                 "--artifacts-from", str(tmp_path / "head" / PLAN_FILE)]) != 0
+    assert "the head planned job " + head.job_id in capsys.readouterr().err
+    assert not (tmp_path / "ctl2" / PLAN_FILE).exists()
+    # nor can a spec that copies its files (the controller must read what it sends), nor a second profile run
+    raw["deploy"]["shared_storage"] = False
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["plan", str(spec), "-o", str(tmp_path / "ctl3"),
+                 "--artifacts-from", str(tmp_path / "head" / PLAN_FILE)]) != 0
+    assert "only a deploy.shared_storage spec" in capsys.readouterr().err
+    assert main(["plan", str(spec), "-o", str(tmp_path / "ctl3"), "--profile", "missing",
+                 "--artifacts-from", str(tmp_path / "head" / PLAN_FILE)]) != 0
+    assert "--profile missing ran on the head" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from ..runspec.plan import (
     SEND_TREE,
     SIZING_FIELDS,
     build_plan,
+    load_plan,
 )
 from ..runspec.proof import ensure_profile, verify_artifacts
 from ..runspec.render import FLASHRL_FILE, LAUNCH_FILE
@@ -59,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "rollout8_node_address; "
                              "ansible-playbook train.yml passes it then): a multi-node spec needs no "
                              "cluster.network.nic")
+    parser.add_argument("--artifacts-from", type=Path, metavar="HEAD_PLAN",
+                        help="deploy.shared_storage on a controller without the models: the rollout8-plan.json the "
+                             "head made of this spec where the models are (train.yml's head plan, in the training "
+                             "container); its checksums and parameter count are taken and no model file is read "
+                             "here. The job id must come out the same as the head's")
     parser.add_argument("--verify-quant", action="store_true",
                         help="then verify every int8 weight against the bf16 weights and the profile (once per set "
                              "of artifacts: the report is kept in the output directory under their checksums)")
@@ -88,13 +94,41 @@ def preview(args: argparse.Namespace) -> int:
     print(json.dumps({"preview": True, "skipped": skipped, "job_id": None, "node_paths": plan.node_paths,
                       "copies": [c.model_dump() for c in plan.copies], "mounts": plan.mounts,
                       "checkpoint_dir": plan.checkpoint_dir, "image": plan.image,
-                      **{key: getattr(plan, key) for key in SIZING_FIELDS}}, indent=2))
+                      **{key: getattr(plan, key) for key in SIZING_FIELDS},
+                      # the whole plan but its job id (train.yml's plays read it until the head's plan comes)
+                      "plan": plan.to_json()}, indent=2))
+    return 0
+
+
+def from_head(args: argparse.Namespace) -> int:
+    """plan --artifacts-from HEAD_PLAN: the plan written as `plan` writes it, its checksums and parameter count the
+    head's (deploy.shared_storage: the head read the models, the controller reads none)."""
+    for flag, given in (("--verify-quant", args.verify_quant), ("--profile missing", args.profile == "missing"),
+                        ("--no-artifacts", args.no_artifacts)):
+        if given:
+            raise Rollout8Error(f"plan --artifacts-from: {flag} ran on the head already (or reads the artifacts "
+                                "here); drop one of the two")
+    if args.output is None:
+        raise Rollout8Error("plan --artifacts-from: give the plan's directory (-o DIR)")
+    facts = load_plan(args.artifacts_from)
+    spec = load_spec(args.spec)
+    with writing(args.output):
+        check_output(args.output, directory=True, inputs={"SPEC": args.spec, "HEAD_PLAN": args.artifacts_from},
+                     what="the plan", files=PLAN_OUTPUTS)
+        plan = build_plan(args.spec, args.output, args.node_cli, check=not args.no_check,
+                          nic_in_inventory=args.nic_in_inventory, facts=facts)
+    print(json.dumps({"plan": str(args.output / PLAN_FILE), "job_id": plan.job_id, "copies": len(plan.copies),
+                      "files": len(plan.sha256), "profile_written": None, "verify_quant": None,
+                      "artifacts_from": str(args.artifacts_from), "checkpoint_dir": plan.checkpoint_dir,
+                      "checkpoint_bytes_needed": plan.checkpoint_bytes_needed, "name": spec.name}))
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.no_artifacts:
+    if args.no_artifacts and args.artifacts_from is None:
         return preview(args)
+    if args.artifacts_from is not None:
+        return from_head(args)
     if args.output is None:
         raise Rollout8Error("plan: give the plan's directory (-o DIR), or --no-artifacts for a preview")
     spec = load_spec(args.spec)

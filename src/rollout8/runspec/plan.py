@@ -202,18 +202,27 @@ def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path |
 
 
 def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = True, artifacts: bool = True,
-               nic_in_inventory: bool = False) -> Plan:
+               nic_in_inventory: bool = False, facts: Plan | None = None) -> Plan:
     """Check, render and plan in memory, then write DIR's files, the plan last. A spec the plan cannot be made of
     (a failed check, a missing artifact, a node path outside the deploy root) writes none of them (only check's
     cache of a profile that passed): no plan is left behind, and an earlier one in DIR stays as it was.
 
     Without artifacts (`plan --no-artifacts`, a spec planned before its files exist) it is a preview: check's rules
     that need no file, the node paths, copies and mounts, and nothing written (out is not used): the artifacts'
-    checksums are part of the job's identity, so a plan the nodes take needs the files (its job_id stays empty)."""
+    checksums are part of the job's identity, so a plan the nodes take needs the files (its job_id stays empty).
+
+    With facts (`plan --artifacts-from`, deploy.shared_storage on a controller without the models): the plan the
+    head made of the same spec where the models are (in the training container), whose checksums and parameter
+    count are taken as they are; no artifact is read here, and check's rules that read them ran there."""
     spec = load_spec(spec_path)
+    if facts is not None and not spec.deploy.shared_storage:
+        raise SpecError("--artifacts-from: only a deploy.shared_storage spec is planned from the head's checksums "
+                        "(without shared storage the controller sends the files, so it reads them)")
+    if facts is not None and facts.name != spec.name:
+        raise SpecError(f"--artifacts-from: that plan is of run {facts.name}, this spec is run {spec.name}")
     if check:
-        refuse_check_errors(spec, spec_path, out / PROFILE_CHECK_CACHE if artifacts and out else None, artifacts,
-                            nic_in_inventory)
+        refuse_check_errors(spec, spec_path, out / PROFILE_CHECK_CACHE if artifacts and out and facts is None
+                            else None, artifacts and facts is None, nic_in_inventory)
     rendered = render(spec)
     out = out if artifacts and out is not None else PREVIEW_DIR  # a preview names it, never writes it
     cache_file = out / CACHE_FILE
@@ -225,15 +234,20 @@ def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = Tru
     copies, sums = [], {}
     for what in spec.artifacts():
         local = spec.local_path(what)
-        there = local is not None and local.exists()
-        if artifacts and not there:
+        there = facts is None and local is not None and local.exists()  # (on the head only: not looked at)
+        if artifacts and facts is None and not there:
             raise SpecError(f"{what}: {local} does not exist on the controller (field "
                             f"{'model.' + what if what in ('bf16', 'int8', 'profile') else 'data.' + what})")
         if not spec.deploy.shared_storage:  # (a preview's missing file: the kind its field names)
             kind = ("dir" if local.is_dir() else "file") if there else ("dir" if what in ("bf16", "int8") else "file")
             copies.append(Copy(what=what, src=str(local.resolve() if there else local), dest=node_paths[what],
                                kind=kind))
-        if artifacts:
+        if facts is not None:
+            given = {key: sha for key, sha in facts.sha256.items() if key == what or key.startswith(what + "/")}
+            if not given:
+                raise SpecError(f"{what}: the head's plan has no checksum of {node_paths[what]}; plan it there again")
+            sums.update(given)
+        elif artifacts:
             sums.update(_checksums(what, local, cache))
 
     written: dict[Path, tuple[str, int]] = {}  # what goes into DIR once the whole plan is made
@@ -262,6 +276,10 @@ def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = Tru
             raise SpecError(f"deploy.root {root}: {copy.what}'s node path {copy.dest} does not lie inside it; "
                             "name a directory of its own for deploy.root") from None
 
+    # the model's size: the head's count, else its safetensors headers here (not for a shared-storage preview,
+    # which reads no model file: the head counts them)
+    parameters = (facts.model_parameters if facts is not None else None
+                  if spec.deploy.shared_storage and not artifacts else model_parameters(spec.local_path("bf16")))
     probe = [cli, "probe-job", "--plan", node_paths["plan"], "--nodes", str(spec.cluster.nnodes)]
     plan = Plan(
         name=spec.name, accelerator=spec.cluster.accelerator, nnodes=spec.cluster.nnodes,
@@ -274,13 +292,17 @@ def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = Tru
         mounts=container_mounts([node_paths[what] for what in spec.artifacts()],
                                 [root] + ([spec.cluster.shared_dir] if spec.cluster.shared_dir else []))
         if spec.deploy.shared_storage else [],
-        **checkpoint_need(model_parameters(spec.local_path("bf16")), effective(rendered, "trainer.save_freq"),
+        **checkpoint_need(parameters, effective(rendered, "trainer.save_freq"),
                           effective(rendered, "trainer.max_actor_ckpt_to_keep"), steps[1] if steps[0] else None,
                           spec.cluster.nnodes, spec.cluster.shared_dir).plan_fields(),
     )
     if not artifacts:
         return plan
     plan.job_id = f"rollout8-{spec.name}-{plan.identity()}"
+    if facts is not None and facts.job_id and facts.job_id != plan.job_id:  # (before anything is written)
+        raise SpecError(f"--artifacts-from: the head planned job {facts.job_id}, this controller job {plan.job_id} "
+                        "of the same checksums: the spec, its rendering or the node CLI differ between the two "
+                        "(plan the same spec with the same bundle on both)")
     text = json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n"
 
     out.mkdir(parents=True, exist_ok=True)
