@@ -133,10 +133,12 @@ SHARED_HOST = REPO / ".cache" / "cluster" / "shared"
 SHARED_DIR = "/mnt/rollout8-shared"
 SHARED_EXPORT = "/srv/rollout8-export"
 # A second shared export, for models and data (on a real cluster often an NFS export of its own, beside the one
-# holding checkpoints), mounted at the same path on every node and on this machine (the controller, as a login node
-# mounts it): a run spec with deploy.shared_storage names its artifacts there, outside cluster.shared_dir, and only
-# training containers that mount those paths can read them.
+# holding checkpoints), mounted at NODE_MODELS on every node and not on this machine: the controller is a jump host
+# that never mounts the models (SHARED_MODELS is the file server's disk, where the tests put what the nodes read). A
+# run spec with deploy.shared_storage names its artifacts there, outside cluster.shared_dir; the head plans it
+# (train.yml's head plan play), and only training containers that mount those paths can read them.
 SHARED_MODELS = REPO / ".cache" / "cluster" / "models"
+NODE_MODELS = "/mnt/rollout8-models"
 # The login users' homes, as on many sites an NFS export with root_squash: each node's own directory here, at
 # HOMES_EXPORT on the node, served at HOMES_DIR through virtual/rootsquash.py (node-init.sh), the login user's home
 # moved there. Root (Ansible's become) cannot read what the login user writes in it: Ansible's remote temporary
@@ -191,7 +193,7 @@ def up() -> str:
             sh("docker", "network", "create", "--label", LABEL, *(["--internal"] if internal else []), network,
                capture=True)
     for name in NODES:
-        mounts = sorted([f"{SHARED_HOST}:{SHARED_EXPORT}", f"{SHARED_MODELS}:{SHARED_MODELS}",
+        mounts = sorted([f"{SHARED_HOST}:{SHARED_EXPORT}", f"{SHARED_MODELS}:{NODE_MODELS}",
                          f"{HOMES_HOST / name}:{HOMES_EXPORT}", f"{node_volume(name)}:/var/lib/docker"])
         want = sorted(mounts + [f"net:{NETWORK}", f"net:{DATA_NETWORK}"] + [f"env:{e}" for e in node_env(name)])
         state = sh("docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}} {{range .Mounts}}"

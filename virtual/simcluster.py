@@ -67,6 +67,7 @@ from sim_nodes import (
     LOOPBACK_HOSTNAME_NODE,
     NETWORK,
     NO_ROUTE_NODE,
+    NODE_MODELS,
     NODE_PRIVILEGE,
     NODES,
     OLD_PYTHON_NODE,
@@ -117,7 +118,8 @@ __all__ = [
     "LOOPBACK_HOSTNAME_NODE", "NETWORK", "NO_ROUTE_NODE", "NODE_PRIVILEGE", "NODES", "OLD_PYTHON_NODE", "OTHER_UID",
     "OTHER_UID_NODE", "RECAP", "SHARED_DIR",
     "SHARED_EXPORT",
-    "SHARED_HOST", "SHARED_MODELS", "SSH_DIR", "FIREWALL_CONF", "Run", "access", "address", "data_address",
+    "SHARED_HOST", "SHARED_MODELS", "NODE_MODELS",
+    "SSH_DIR", "FIREWALL_CONF", "Run", "access", "address", "data_address",
     "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export", "prerequisites",
     "run_playbook", "up", "write_inventory",
     # sim_runs

@@ -621,20 +621,24 @@ SHARED_ROOT = f"/var/lib/rollout8/runs/{SHARED_RUN}"
 
 
 def shared_spec(work) -> tuple:
-    """The tests' run spec with deploy.shared_storage: its model pair, profile and data on the models export
-    (simcluster.SHARED_MODELS: the same path on this machine and every node), outside cluster.shared_dir. The profile
-    is left to the plan role, which writes it there once, on the controller."""
+    """The tests' run spec with deploy.shared_storage: its model pair, profile and data on the models export, which
+    the nodes mount at simcluster.NODE_MODELS and this machine (the controller, a jump host) does not: the spec's
+    paths do not exist here. Put there through the file server's disk (simcluster.SHARED_MODELS), owned by the
+    training container's user, outside cluster.shared_dir. The profile is left to the plan, which the head makes
+    in the training image and writes beside the models, once."""
     run = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
     store = simcluster.SHARED_MODELS / SHARED_RUN
     for part in ("tiny/bf16", "tiny/int8", "data"):
         shutil.rmtree(store / part, ignore_errors=True)
         shutil.copytree(run.parent / part, store / part)
     (store / "tiny" / "profile.pt").unlink(missing_ok=True)
+    for path in (store, *store.rglob("*")):
+        os.chown(path, simcluster.NODE_UID, simcluster.NODE_UID)
+    there = f"{simcluster.NODE_MODELS}/{SHARED_RUN}"
     spec = yaml.safe_load(run.read_text())
     spec["name"] = spec["verl"]["trainer.experiment_name"] = SHARED_RUN
-    spec["model"].update(bf16=str(store / "tiny/bf16"), int8=str(store / "tiny/int8"),
-                         profile=str(store / "tiny/profile.pt"))
-    spec["data"] = {key: str(store / "data" / name) for key, name in
+    spec["model"].update(bf16=f"{there}/tiny/bf16", int8=f"{there}/tiny/int8", profile=f"{there}/tiny/profile.pt")
+    spec["data"] = {key: f"{there}/data/{name}" for key, name in
                     (("train", "train.parquet"), ("val", "val.parquet"), ("reward", "reward.py"))}
     spec["cluster"]["shared_dir"] = simcluster.SHARED_DIR
     spec["deploy"] = {"root": SHARED_ROOT, "shared_storage": True}
@@ -675,7 +679,8 @@ def test_models_on_shared_storage_outside_shared_dir_are_read_inside_the_contain
     run, _, store, work = shared_run
     assert run.rc == 0, run.output[-5000:]
     assert "probe job GREEN on all 3 nodes" in one_line(run.output)
-    assert not str(store).startswith(simcluster.SHARED_DIR)
+    there = Path(simcluster.NODE_MODELS) / SHARED_RUN
+    assert not there.is_relative_to(simcluster.SHARED_DIR)
     verdict = read_verdict(newest_driver_log(work))
     assert verdict is not None and verdict["ok"] is True
     assert sorted(v["hostname"] for v in verdict["nodes"].values()) == sorted(simcluster.NODES)
@@ -686,19 +691,42 @@ def test_models_on_shared_storage_outside_shared_dir_are_read_inside_the_contain
         assert checks["artifacts"][0] and checks["verify-quant"][0], (node["hostname"], checks)
     for node in simcluster.NODES:
         binds = on_node(node, "docker", "inspect", "-f", "{{join .HostConfig.Binds \" \"}}", CONTAINER).stdout.split()
-        for path in (store / "tiny" / "bf16", store / "tiny" / "int8", store / "data" / "train.parquet"):
+        for path in (there / "tiny" / "bf16", there / "tiny" / "int8", there / "data" / "train.parquet"):
             assert f"{path}:{path}:ro" in binds, (node, binds)
         # read where they are: no copy of the model in the node's deploy root
         assert on_node(node, "find", SHARED_ROOT, "-name", "config.json").stdout.strip() == "", node
 
 
+def test_a_controller_without_the_models_plans_from_the_heads_checksums(shared_run):
+    """The controller (this machine) has none of the spec's model paths: the plan role only previews the spec
+    (`rollout8 plan --no-artifacts`), the head plans it in the training image where the models are (checksums,
+    profile, verify-quant), and the controller's plan, made from the head's checksums, is the one the nodes run."""
+    run, spec, store, work = shared_run
+    assert run.rc == 0
+    assert not Path(simcluster.NODE_MODELS).exists(), "the controller must not see the models"
+    plan_dir = work / spec.stem
+    mine = json.loads((plan_dir / "rollout8-plan.json").read_text())
+    head = json.loads(Path(f"{plan_dir}.head-plan.json").read_text())
+    assert mine["job_id"] == head["job_id"] and mine["sha256"] == head["sha256"]
+    assert mine["model_parameters"] == head["model_parameters"] > 0
+    assert any(key.startswith("bf16/") for key in mine["sha256"]) and "profile" in mine["sha256"]
+    # the verdict of the full verify-quant comes from the head: its report kept in the head's plan directory
+    work_dir = f"/opt/rollout8/plan/{SHARED_RUN}/out"
+    reports = on_node(simcluster.NODES[0], "find", work_dir, "-path", "*verify*", "-type", "f").stdout.split()
+    assert reports, on_node(simcluster.NODES[0], "find", work_dir).stdout
+    # the job the nodes ran is the controller's plan's
+    jobs = on_node(simcluster.NODES[0], "ls", "/opt/rollout8/run").stdout.split()
+    assert f"job-{mine['job_id']}-probe.txt" in jobs, jobs
+
+
 def test_the_profile_is_written_once_to_the_shared_storage(shared_run):
     run, _, store, _ = shared_run
     assert run.rc == 0
-    assert (store / "tiny" / "profile.pt").stat().st_size > 0
-    block = run.output.split("TASK [plan : Plan the run", 1)[1].split("TASK [", 1)[0]
-    # made on the controller (the plan role delegates to it), once for the whole cluster
-    assert block.count("changed:") == 1 and f"changed: [{simcluster.NODES[0]} -> localhost]" in block, block
+    profile = store / "tiny" / "profile.pt"
+    assert profile.stat().st_size > 0 and profile.stat().st_uid == simcluster.NODE_UID
+    block = run.output.split("TASK [plan : Plan the run where the models are", 1)[1].split("TASK [", 1)[0]
+    # made on the head (in the training image), once for the whole cluster
+    assert block.count("changed:") == 1 and simcluster.NODES[0] in block, block
 
 
 def test_cann_environment_reaches_every_process_the_roles_start_in_the_containers(shared_run):
