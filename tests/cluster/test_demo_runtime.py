@@ -628,9 +628,10 @@ def shared_spec(work) -> tuple:
     in the training image and writes beside the models, once."""
     run = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
     store = simcluster.SHARED_MODELS / SHARED_RUN
+    # written over in place, never removed: a training container of an earlier run binds these directories, and
+    # a directory made anew is another one it would not see (it keeps the removed one, empty)
     for part in ("tiny/bf16", "tiny/int8", "data"):
-        shutil.rmtree(store / part, ignore_errors=True)
-        shutil.copytree(run.parent / part, store / part)
+        shutil.copytree(run.parent / part, store / part, dirs_exist_ok=True)
     (store / "tiny" / "profile.pt").unlink(missing_ok=True)
     for path in (store, *store.rglob("*")):
         os.chown(path, simcluster.NODE_UID, simcluster.NODE_UID)
