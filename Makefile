@@ -21,6 +21,10 @@ $(VENV)/.installed: pyproject.toml scripts/dev-env.sh
 .PHONY: venv
 venv: $(VENV)/.installed node-wheels ## create the CPU development/test environment in .venv
 
+.PHONY: controller-venv
+controller-venv: ## the controller's environment as a jump host has it (ansible-core and the rollout8 CLI, no torch) in .cache/controller-venv: `make demo` drives the simulated cluster from it
+	$(PY) virtual/simcluster.py controller-venv
+
 .PHONY: node-wheels
 node-wheels: $(VENV)/.installed ## the nodes' Python libraries (requests, from the lock) in .cache/node-wheels: preflight installs them on a node without them
 	@PY=$(PY) bash scripts/node-wheels.sh >/dev/null

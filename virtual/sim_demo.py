@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 from sim_images import BUILDER, REPO, free_gb, sh, train_image, train_tarball
-from sim_nodes import INVENTORY, NODES, SHARED_HOST, own_export, prerequisites, run_playbook, up
+from sim_nodes import INVENTORY, NODES, SHARED_HOST, controller_venv, own_export, prerequisites, run_playbook, up
 from sim_runs import bf16_twin, demo_spec
 
 DEMO_WORK = REPO / ".cache" / "cluster" / "demo"
@@ -136,12 +136,13 @@ def demo(*playbook_args: str) -> int:
     cluster_and_image()
     runtime = image_args()
     spec = demo_spec()
+    controller = controller_venv()  # as a jump host: ansible-core and the rollout8 CLI, no torch, no models
     # As on a real cluster: train.yml returns once the job runs (a verl job: its first step logged); the verify
     # play, run later from another shell, shows where it stands; here it follows the job to its final verdict.
     for step, args in (("train.yml", ()), ("train.yml --tags verify", ("--tags", "verify", "-e",
                                                                        "rollout8_verify_follow=true"))):
         run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime, *args,
-                           *playbook_args, timeout=3600, stream=True)
+                           *playbook_args, timeout=3600, stream=True, controller=controller)
         if run.rc != 0:
             print(f"demo: ansible-playbook {step} failed (exit {run.rc}); its output is in "
                   f"{(DEMO_WORK / 'last-playbook.log').relative_to(REPO)}", file=sys.stderr)
@@ -181,7 +182,7 @@ def run_jobs(specs: list[tuple[str, Path]], *playbook_args: str) -> dict[str, tu
         print(f">> {label} run: {spec.relative_to(REPO)} through ansible/train.yml", file=sys.stderr)
         run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime,
                            "-e", "rollout8_job_kind=verl", "-e", "rollout8_verify_follow=true", *playbook_args,
-                           timeout=3600, stream=True)
+                           timeout=3600, stream=True, controller=controller_venv())
         if run.rc != 0:
             print(f"demo-compare: the {label} run failed (exit {run.rc}); see {DEMO_WORK / 'last-playbook.log'}",
                   file=sys.stderr)

@@ -30,6 +30,7 @@ from sim_images import (
     OLD_BASE_SUITE,
     REPO,
     _prune_superseded,
+    content_key,
     docker_ok,
     node_image,
     sh,
@@ -92,16 +93,36 @@ class Run:
                 for m in RECAP.findall(tail)}
 
 
+# The controller's environment as a jump host has it (scripts/controller-env.sh: ansible-core and the rollout8 CLI,
+# no torch), from which `make demo` drives the cluster; the tests' playbooks run from .venv unless they ask for it.
+CONTROLLER_VENV = REPO / ".cache" / "controller-venv"
+
+
+def controller_venv() -> Path:
+    """CONTROLLER_VENV, made (or brought up to date with pyproject.toml's pins) when it is not; returns it."""
+    key = content_key("controller", ("pyproject.toml", "scripts/controller-env.sh"))
+    stamp = CONTROLLER_VENV / ".made-by"
+    if not stamp.is_file() or stamp.read_text() != key:
+        subprocess.run(["bash", "scripts/controller-env.sh"], cwd=REPO, check=True,
+                       env=dict(os.environ, VENV=str(CONTROLLER_VENV)))
+        stamp.write_text(key)
+    return CONTROLLER_VENV
+
+
 def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, *args: str,
-                 playbook: str = "train.yml", timeout: int = 900, stream: bool = False) -> Run:
-    """ansible-playbook from .venv against the simulated cluster, as `make demo` runs it (bounded by timeout).
+                 playbook: str = "train.yml", timeout: int = 900, stream: bool = False,
+                 controller: Path | None = None) -> Run:
+    """ansible-playbook against the simulated cluster, as `make demo` runs it (bounded by timeout): from .venv, or
+    from the controller environment given (CONTROLLER_VENV: no torch, the rollout8 CLI it holds).
 
     With stream=True its output is also printed line by line as it comes (the demo's progress)."""
+    venv = controller or REPO / ".venv"
     env = dict(os.environ, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_NOCOLOR="1", PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
-    cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), playbook,
+               ANSIBLE_NOCOLOR="1", PATH=f"{venv / 'bin'}:{os.environ['PATH']}")
+    cmd = [str(venv / "bin" / "ansible-playbook"), "-i", str(inventory), playbook,
            "-e", f"rollout8_run_spec={spec}", "-e", f"rollout8_work_dir={work}", *args]
     work.mkdir(parents=True, exist_ok=True)
+    (work / "last-playbook.cmd").write_text(" ".join(cmd) + "\n")  # which controller ran it
     start = time.monotonic()
     if stream:
         proc = subprocess.Popen(cmd, cwd=ANSIBLE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -134,10 +155,11 @@ SHARED_DIR = "/mnt/rollout8-shared"
 SHARED_EXPORT = "/srv/rollout8-export"
 # A second shared export, for models and data (on a real cluster often an NFS export of its own, beside the one
 # holding checkpoints), mounted at NODE_MODELS on every node and not on this machine: the controller is a jump host
-# that never mounts the models (SHARED_MODELS is the file server's disk, where the tests put what the nodes read). A
-# run spec with deploy.shared_storage names its artifacts there, outside cluster.shared_dir; the head plans it
-# (train.yml's head plan play), and only training containers that mount those paths can read them.
-SHARED_MODELS = REPO / ".cache" / "cluster" / "models"
+# that never mounts the models. SHARED_MODELS is the file server's disk, outside the controller's work tree (the
+# checkout), where the simulator puts what the nodes read: the demo's models and data (sim_runs.demo_spec) and the
+# tests'. A run spec with deploy.shared_storage names its artifacts there, outside cluster.shared_dir; the head
+# plans it (train.yml's head plan play), and only training containers that mount those paths can read them.
+SHARED_MODELS = Path(os.environ.get("ROLLOUT8_SIM_MODELS", "/var/lib/rollout8-sim/models"))
 NODE_MODELS = "/mnt/rollout8-models"
 # The login users' homes, as on many sites an NFS export with root_squash: each node's own directory here, at
 # HOMES_EXPORT on the node, served at HOMES_DIR through virtual/rootsquash.py (node-init.sh), the login user's home

@@ -10,26 +10,30 @@ The profile is not made here: that is the Ansible plan role's job.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
-from sim_images import REPO, content_key, sh
-from sim_nodes import SHARED_HOST
+from sim_images import NODE_UID, REPO, content_key, sh
+from sim_nodes import NODE_MODELS, SHARED_HOST, SHARED_MODELS
 
 SHIPPED_SPEC = REPO / "configs" / "runs" / "tiny-cpu.yaml"
 MODEL_PRESET = "tiny-engine"  # head_dim 64: vLLM's CPU attention refuses the `tiny` preset's 16
 
 
-def _build_artifacts(models: Path, data: Path) -> None:
+def _build_artifacts(models: Path, data: Path) -> bool:
     """The tiny Qwen2 pair (`rollout8 make-test-model`) and verl-format parquet data (`rollout8 make-test-data`),
-    each built once; the profile is the Ansible plan role's job."""
+    each built once; the profile is the Ansible plan role's job. Whether the models were (re)made."""
     cli = str(REPO / ".venv" / "bin" / "rollout8")
     made = models / "testmodel.json"
     if not (models / "int8" / "config.json").is_file() or not made.is_file() or \
             json.loads(made.read_text()).get("preset") != MODEL_PRESET:
         sh(cli, "make-test-model", "--preset", MODEL_PRESET, "-o", str(models), capture=True)
+        remade = True
+    else:
+        remade = False
     # keyed by the generator's source: data made by an older rollout8 (a reward without **kwargs, which verl's
     # async reward manager needs) is made again
     key = content_key("testdata", ("src/rollout8/runspec/testdata.py",))
@@ -38,6 +42,7 @@ def _build_artifacts(models: Path, data: Path) -> None:
             not stamp.is_file() or stamp.read_text() != key:
         sh(cli, "make-test-data", "-o", str(data), capture=True)
         stamp.write_text(key)
+    return remade
 
 
 def prepare_run(work: Path) -> Path:
@@ -50,7 +55,8 @@ def prepare_run(work: Path) -> Path:
     spec["name"] = "tiny-cpu-sim"
     spec["model"].update(bf16="tiny/bf16", int8="tiny/int8", profile="tiny/profile.pt")
     spec["data"] = {"train": "data/train.parquet", "val": "data/val.parquet", "reward": "data/reward.py"}
-    spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-sim"
+    # the controller holds them and sends them (the copy path; the demo's shared storage is tested apart)
+    spec["deploy"] = {"root": "/var/lib/rollout8/runs/tiny-cpu-sim"}
     spec["verl"]["trainer.experiment_name"] = "tiny-cpu-sim"
     spec["env"] = {"ROLLOUT8_CPU_SYNC_DIAG": "1"}  # the CPU sync diagnostic of virtual/cpu_bridges, at every sync
     # no checkpoints: the tests that need them (test_lifecycle) set cluster.shared_dir and the frequency themselves
@@ -69,8 +75,16 @@ def prepare_run(work: Path) -> Path:
 
 
 def demo_spec() -> Path:
-    """configs/runs/tiny-cpu.yaml itself, with the artifacts it names (out/tiny, out/tiny-data) built if missing."""
-    _build_artifacts(REPO / "out" / "tiny", REPO / "out" / "tiny-data")
+    """configs/runs/tiny-cpu.yaml itself, with the models and data it names built on the simulated shared storage
+    (the file server's disk, SHARED_MODELS, which the nodes mount at NODE_MODELS) if missing, owned by the
+    training containers' user (the head writes the profile beside them): never on the controller."""
+    spec = yaml.safe_load(SHIPPED_SPEC.read_text())
+    store = SHARED_MODELS / PurePosixPath(spec["model"]["bf16"]).relative_to(NODE_MODELS).parts[0]
+    if _build_artifacts(store / "tiny", store / "data"):
+        (store / "tiny" / "profile.pt").unlink(missing_ok=True)  # of the models replaced: the head makes it again
+    for path in (store, *store.rglob("*")):
+        if path.stat().st_uid != NODE_UID:
+            os.chown(path, NODE_UID, NODE_UID)
     return SHIPPED_SPEC
 
 

@@ -54,6 +54,7 @@ from sim_nodes import (
     ANSIBLE_DIR,
     BASTION,
     BASTION_MAX_STARTUPS,
+    CONTROLLER_VENV,
     DATA_NETWORK,
     DATA_NIC,
     DOCKER_INVENTORY,
@@ -82,6 +83,7 @@ from sim_nodes import (
     Run,
     access,
     address,
+    controller_venv,
     daemons_up,
     data_address,
     documented_ports,
@@ -118,7 +120,7 @@ __all__ = [
     "LOOPBACK_HOSTNAME_NODE", "NETWORK", "NO_ROUTE_NODE", "NODE_PRIVILEGE", "NODES", "OLD_PYTHON_NODE", "OTHER_UID",
     "OTHER_UID_NODE", "RECAP", "SHARED_DIR",
     "SHARED_EXPORT",
-    "SHARED_HOST", "SHARED_MODELS", "NODE_MODELS",
+    "SHARED_HOST", "SHARED_MODELS", "NODE_MODELS", "CONTROLLER_VENV", "controller_venv",
     "SSH_DIR", "FIREWALL_CONF", "Run", "access", "address", "data_address",
     "daemons_up", "documented_ports", "down", "firewall_rules", "node_volume", "own_export", "prerequisites",
     "run_playbook", "up", "write_inventory",
@@ -130,7 +132,7 @@ __all__ = [
     "DEMO_WORK", "compare", "demo", "job_kind", "run_jobs", "latest_job_logs", "probe_verdict", "verl_verdict",
 ]
 
-USAGE = "usage: simcluster.py up|down|wheel|demo|compare [ansible-playbook args]"
+USAGE = "usage: simcluster.py up|down|wheel|controller-venv|demo|compare [ansible-playbook args]"
 
 
 def main(argv: list[str]) -> int:
@@ -143,6 +145,8 @@ def main(argv: list[str]) -> int:
         clear_demo_runs()  # the next `make demo` finds new nodes: its run starts anew
     elif command == "wheel":
         print(bundle_wheel())
+    elif command == "controller-venv":
+        print(controller_venv())
     elif command == "demo":
         return demo(*argv[1:])
     elif command == "compare":

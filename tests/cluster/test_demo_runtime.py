@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import configparser
 import functools
+import hashlib
 import json
 import os
 import re
@@ -53,6 +54,31 @@ def demo_job():
     job = sim_demo.latest_job_logs(sim_demo.DEMO_WORK)
     assert job is not None and sim_demo.job_kind(job) == "verl", f"no verl job collected under {sim_demo.DEMO_WORK}"
     return job
+
+
+def test_the_demo_is_driven_from_a_controller_without_torch_or_models(demo_job):
+    """Issue 42: `make demo` runs ansible-playbook from the environment a jump host has (scripts/controller-env.sh):
+    it cannot import torch; the demo's models are on the shared storage the nodes mount, at a path this machine
+    does not have, and no copy of them is anywhere under the controller's work tree; the head planned the run (the
+    checksums the nodes check are the head's)."""
+    venv = simcluster.CONTROLLER_VENV
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0 and "No module named 'torch'" in proc.stderr, proc.stderr
+    assert (sim_demo.DEMO_WORK / "last-playbook.cmd").read_text().startswith(f"{venv}/bin/ansible-playbook ")
+    plan_dir = sim_demo.DEMO_WORK / simcluster.SHIPPED_SPEC.stem
+    plan = json.loads((plan_dir / "rollout8-plan.json").read_text())
+    head = json.loads(Path(f"{plan_dir}.head-plan.json").read_text())
+    assert plan["job_id"] == head["job_id"] and plan["sha256"] == head["sha256"]
+    models = [plan["node_paths"][what] for what in ("bf16", "int8")]
+    assert all(not Path(path).exists() for path in models), models
+    # no copy of the demo's weights under the work tree: every file of their size there hashed against them
+    weights = {plan["sha256"][f"{what}/model.safetensors"] for what in ("bf16", "int8")}
+    sizes = {int(on_node(simcluster.NODES[0], "stat", "-c", "%s", f"{path}/model.safetensors").stdout)
+             for path in models}
+    copies = [path for path in REPO.rglob("*.safetensors") if path.is_file() and path.stat().st_size in sizes
+              and hashlib.sha256(path.read_bytes()).hexdigest() in weights]
+    assert copies == [], copies
 
 
 def test_inventory_is_ssh_as_a_non_root_user_with_become(demo_job):

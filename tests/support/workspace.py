@@ -52,4 +52,5 @@ def shipped_tiny_spec(root: Path, model_pair) -> dict:
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "runs" / "tiny-cpu.yaml").read_text())
     spec["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(root / "profile.pt"))
     spec["data"] = {"train": str(data["train"]), "val": str(data["val"])}
+    spec["deploy"].pop("shared_storage", None)  # here on this machine, sent by the controller
     return spec

@@ -33,6 +33,7 @@ def tiny_spec(tmp_path, model_pair):
     spec = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
     spec["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(profile))
     spec["data"] = {"train": str(data["train"]), "val": str(data["val"])}
+    spec["deploy"].pop("shared_storage", None)  # here on this machine, sent by the controller
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -250,6 +251,8 @@ def test_a_controller_without_the_models_plans_from_the_heads_checksums(tiny_spe
     the controller plans it again from that plan's checksums and parameter count, reading no model file (here: the
     files are gone), and both get the same job id and the same files to send."""
     raw = yaml.safe_load(tiny_spec.read_text())
+    for what in ("bf16", "int8"):  # a copy of the session's pair: the controller's below loses it
+        raw["model"][what] = str(shutil.copytree(raw["model"][what], tmp_path / "share" / what))
     raw["deploy"] = {"root": "/var/lib/rollout8/runs/tiny-cpu", "shared_storage": True}
     raw["data"]["reward"] = str(REPO / "configs" / "runs" / "tiny-cpu.yaml")  # any file: hashed, not run
     spec = tmp_path / "shared.yaml"
@@ -272,7 +275,7 @@ def test_a_controller_without_the_models_plans_from_the_heads_checksums(tiny_spe
     assert mine.sha256 == head.sha256 and mine.model_parameters == head.model_parameters
     assert mine.checkpoint_bytes_needed == head.checkpoint_bytes_needed > 0
     assert (tmp_path / "ctl" / "launch.sh").read_text() == (tmp_path / "head" / "launch.sh").read_text()
-    assert not [r for r in reads if r.startswith(str(Path(raw["model"]["bf16"]).parent))], reads
+    assert not [r for r in reads if r.startswith(str(Path(raw["model"]["bf16"]).parent) + "/")], reads
 
     # another version of the spec cannot take that plan's checksums: the job ids differ, and it says so
     raw["verl"]["trainer.total_training_steps"] = 4

@@ -170,6 +170,7 @@ def test_manifest_checksums_local_artifacts(model_pair, tmp_path):
     raw = yaml.safe_load((REPO / "configs/runs/tiny-cpu.yaml").read_text())
     raw["model"].update(bf16=str(model_pair.bf16), int8=str(model_pair.int8), profile=str(tmp_path / "p.pt"))
     raw["data"] = {"train": "data/train.parquet", "val": "data/val.parquet"}
+    raw["deploy"].pop("shared_storage")  # on this machine, copied to the nodes
     (tmp_path / "p.pt").write_bytes(b"profile")
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
     write_outputs(render(load_spec(tmp_path / "run.yaml")), tmp_path / "out")
@@ -242,7 +243,9 @@ def test_the_product_never_imports_the_cpu_bridges():
 def test_custom_reward_is_rendered_with_its_node_path(tmp_path):
     spec = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())
     rendered = render(load_spec(REPO / "configs" / "runs" / "tiny-cpu.yaml"))
-    assert rendered.value("custom_reward_function.path") == (True, "/var/lib/rollout8/runs/tiny-cpu/data/reward.py")
+    # deploy.shared_storage: read where the spec names it, on every node
+    assert rendered.value("custom_reward_function.path") == (True, spec["data"]["reward"])
+    assert spec["data"]["reward"].startswith("/mnt/rollout8-models/")
     assert rendered.value("custom_reward_function.name") == (True, "compute_score")
     del spec["data"]["reward"]
     path = tmp_path / "no-reward.yaml"
