@@ -21,16 +21,21 @@ from sim_nodes import NODE_MODELS, SHARED_HOST, SHARED_MODELS
 
 SHIPPED_SPEC = REPO / "configs" / "runs" / "tiny-cpu.yaml"
 MODEL_PRESET = "tiny-engine"  # head_dim 64: vLLM's CPU attention refuses the `tiny` preset's 16
+# The demo's pair has a seed of its own: its bytes are no test's (the tests' pairs are seed 0), so a copy of the
+# demo's model on the controller is found by its checksums
+DEMO_SEED = 1
 
 
-def _build_artifacts(models: Path, data: Path) -> bool:
-    """The tiny Qwen2 pair (`rollout8 make-test-model`) and verl-format parquet data (`rollout8 make-test-data`),
-    each built once; the profile is the Ansible plan role's job. Whether the models were (re)made."""
+def _build_artifacts(models: Path, data: Path, seed: int = 0) -> bool:
+    """The tiny Qwen2 pair (`rollout8 make-test-model`, of this seed) and verl-format parquet data
+    (`rollout8 make-test-data`), each built once; the profile is the Ansible plan role's job. Whether the models
+    were (re)made."""
     cli = str(REPO / ".venv" / "bin" / "rollout8")
     made = models / "testmodel.json"
-    if not (models / "int8" / "config.json").is_file() or not made.is_file() or \
-            json.loads(made.read_text()).get("preset") != MODEL_PRESET:
-        sh(cli, "make-test-model", "--preset", MODEL_PRESET, "-o", str(models), capture=True)
+    record = json.loads(made.read_text()) if made.is_file() else {}
+    if not (models / "int8" / "config.json").is_file() or \
+            (record.get("preset"), record.get("seed")) != (MODEL_PRESET, seed):
+        sh(cli, "make-test-model", "--preset", MODEL_PRESET, "--seed", str(seed), "-o", str(models), capture=True)
         remade = True
     else:
         remade = False
@@ -80,7 +85,7 @@ def demo_spec() -> Path:
     training containers' user (the head writes the profile beside them): never on the controller."""
     spec = yaml.safe_load(SHIPPED_SPEC.read_text())
     store = SHARED_MODELS / PurePosixPath(spec["model"]["bf16"]).relative_to(NODE_MODELS).parts[0]
-    if _build_artifacts(store / "tiny", store / "data"):
+    if _build_artifacts(store / "tiny", store / "data", seed=DEMO_SEED):
         (store / "tiny" / "profile.pt").unlink(missing_ok=True)  # of the models replaced: the head makes it again
     for path in (store, *store.rglob("*")):
         if path.stat().st_uid != NODE_UID:
