@@ -15,7 +15,8 @@ def test_only_a_shared_storage_spec_is_planned_on_the_head(tmp_path):
     spec = tmp_path / "run.yaml"
     for text, want in (("deploy:\n  shared_storage: true\n", True), ("deploy:\n  shared_storage: false\n", False),
                        ("deploy:\n  root: /x\n", False), ("name: x\n", False), ("- a list\n", False),
-                       ("deploy: {shared_storage: yes please\n", False), ("deploy:\n  shared_storage: 'true'\n", False)):
+                       ("deploy: {shared_storage: yes please\n", False),
+                       ("deploy:\n  shared_storage: 'true'\n", False)):
         spec.write_text(text)
         assert rollout8_spec_shared_storage(str(spec)) is want, text
     assert rollout8_spec_shared_storage(str(tmp_path / "missing.yaml")) is False
