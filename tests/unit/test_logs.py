@@ -70,6 +70,23 @@ def test_every_rank_patched_or_bf16_by_config(emitted, tmp_path, capsys):
     assert report["quantized_syncs"] == 6
 
 
+def test_a_rank_that_patched_then_ended_before_its_first_sync_is_named_and_red(emitted, tmp_path, capsys):
+    """Issue 45: the patch line alone is not int8. A rank whose engine FlashRL patched, then ended before its first
+    quantized weight sync (exit, crash, lost node), is named and fails the verdict beside ranks that synced."""
+    config = emitted / "flashrl.yaml"
+    emit(tmp_path / "emit", config, [{"rank": 1, "tp": 1, "syncs": 0, "file": str(tmp_path / "died.log")}])
+    ray_session(tmp_path / "run", {101: ("WorkerDict", emitted / "rank0.log"),
+                                   102: ("WorkerDict", tmp_path / "died.log")})
+    rc, report = run_logs(tmp_path / "run", capsys)
+    assert rc != 0 and not report["ok"] and report["no_sync"] == 1
+    assert [(r["rank"], r["status"], r["syncs"]) for r in report["ranks"]] == [(0, "patched", 3), (1, "no-sync", 0)]
+    assert "no quantized weight sync followed" in report["ranks"][1]["reason"]
+    assert main(["logs", str(tmp_path / "run")]) != 0
+    out = capsys.readouterr().out
+    assert "rank 1 (pid 102" in out and "no-sync: FlashRL patched its vLLM engine" in out, out
+    assert "1 patched but never synced" in out
+
+
 def test_cuda_failure_is_an_error(emitted, tmp_path, capsys):
     ray_session(tmp_path, {101: ("WorkerDict", emitted / "rank0.log"), 104: ("WorkerDict", emitted / "rank3.log")})
     rc, report = run_logs(tmp_path, capsys)

@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
               f"config, {report['no_config']} never saw the config, {report['errors']} failed, "
               f"{report['incomplete']} incomplete"
               + (f", {report['unconfirmed']} without FlashRL's patch line" if report["unconfirmed"] else "")
+              + (f", {report['no_sync']} patched but never synced" if report["no_sync"] else "")
               + (f", {report['async']} async rollout server(s)" if report["async"] else "")
               + f"; {report['quantized_syncs']} quantized sync(s)"
               + (f" ({report['unattributed_syncs']} from Ray's repeated-line summaries)"

@@ -114,7 +114,10 @@ class Process:
         if self.detected and self.fn == "bf16":
             return "bf16"
         if self.detected and self.load_weights_patched:
-            return "patched"
+            # int8 is confirmed by a quantized weight sync, not by the patch line: a rank that patched vLLM and
+            # ended before its first sync (exit, crash, lost) never rolled out in int8. (A rank seen only through
+            # the driver log may have its sync lines folded into another's "[repeated Nx]": not judged here.)
+            return "patched" if self.syncs > 0 or self.forwarded else "no-sync"
         if self.detected or self.rank is not None:
             return "incomplete"
         return "unconfirmed"  # a rollout worker without FlashRL's config line or its patch line
@@ -144,6 +147,10 @@ class Process:
                     "the load_weights function of vllm' line: FlashRL did not hook its vLLM engine (flash_rl not "
                     "imported there, or the engine never built: a crash first), its log is cut short, or "
                     "FLASHRL_LOGGING_LEVEL was not DEBUG")
+        if status == "no-sync":
+            return ("FlashRL patched its vLLM engine, then no quantized weight sync followed: the rank ended (exit, "
+                    "crash, lost node) before its first weight sync, or its log is cut short; no int8 rollout is "
+                    "confirmed")
         if status == "bf16":
             return "bf16 entry of the FlashRL config (hybrid): rollouts in bf16 by design"
         return f"int8 patch active ({self.fn}), {self.syncs} quantized weight sync(s)"
@@ -347,6 +354,7 @@ def verdict(result: Scan) -> dict:
         "errors": sum(s == "error" for s in statuses),
         "incomplete": sum(s == "incomplete" for s in statuses),
         "unconfirmed": sum(s == "unconfirmed" for s in statuses),
+        "no_sync": sum(s == "no-sync" for s in statuses),
         "async": sum(s == "async" for s in statuses),
         "quantized_syncs": sum(p.syncs for p in rollout) + result.unattributed_syncs,
         "unattributed_syncs": result.unattributed_syncs,
