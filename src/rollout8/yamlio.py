@@ -18,11 +18,18 @@ names the file and the line:
 
 `error` is the caller's exception type (SpecError, LockError, ...): one line, a non-zero exit at the CLI edge.
 Merge keys (`<<: *anchor`) keep YAML's meaning: an explicit key overrides a merged one.
+
+Bounded: the document is composed first and judged before anything is built from it. A value that contains
+itself (`&a [*a]`), nesting deeper than MAX_DEPTH, or aliases that expand to more than MAX_ITEMS values (a few
+lines of nested `*alias` lists reach billions) are refused naming the line, in time linear in the file. A path that
+is not a regular file (a named pipe would block the read forever, a device never end) is refused before it is
+opened.
 """
 
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +71,61 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+# What a file the product reads may hold once its aliases are expanded, and how deep: a run spec, the lock or a
+# FlashRL config holds hundreds of values, a few levels deep.
+MAX_ITEMS = 100_000
+MAX_DEPTH = 64
+
+
+def _bound(root: yaml.Node) -> None:
+    """_Refused for a value containing itself, nesting deeper than MAX_DEPTH or more than MAX_ITEMS values once
+    expanded (aliases included). Each node is measured once (aliases share their node), so the walk is linear in
+    the file; its own depth is bounded, since a node deeper than MAX_DEPTH is refused before its children."""
+    measured: dict[int, tuple[int, int]] = {}  # node -> (values once expanded, levels below it)
+    on_path: set[int] = set()
+
+    def measure(node: yaml.Node, depth: int) -> tuple[int, int]:
+        key = id(node)
+        line = node.start_mark.line + 1
+        if key in on_path:
+            raise _Refused(line, "a value that contains itself (an alias inside its own anchor): write it out")
+        if key not in measured:
+            total, height = 1, 0
+            if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+                if depth >= MAX_DEPTH:
+                    raise _Refused(line, f"nested more than {MAX_DEPTH} levels deep: not a file this tool reads")
+                on_path.add(key)
+                children = node.value if isinstance(node, yaml.SequenceNode) else \
+                    [part for pair in node.value for part in pair]
+                for child in children:
+                    size, below = measure(child, depth + 1)
+                    total, height = total + size, max(height, below + 1)
+                    if total > MAX_ITEMS:
+                        raise _Refused(line, f"its aliases (*name) expand to more than {MAX_ITEMS:,} values: not a "
+                                             "file this tool reads (a few nested aliases reach billions)")
+                on_path.discard(key)
+            measured[key] = (total, height)
+        total, height = measured[key]
+        if depth + height > MAX_DEPTH:  # (an alias placed deeper than its anchor)
+            raise _Refused(line, f"nested more than {MAX_DEPTH} levels deep once its aliases are expanded: not a "
+                                 "file this tool reads")
+        return total, height
+
+    measure(root, 0)
+
 
 def load_yaml(text: str, *, source: str | Path, error: type[Rollout8Error] = SpecError) -> Any:
     """Parse YAML text strictly; `error` in one line naming source and line on any problem."""
     loader = None
     try:
         loader = _StrictLoader(text)  # the reader checks the characters here already
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _bound(node)
+        return loader.construct_document(node)
+    except RecursionError:  # the composer's own recursion, on nesting far past MAX_DEPTH
+        raise error(f"{source}: nested too deep to read: not a file this tool reads") from None
     except _Refused as exc:
         raise error(f"{source}:{exc.line}: {exc.message}") from None
     except yaml.MarkedYAMLError as exc:
@@ -95,8 +150,13 @@ def read_text(path: str | Path, *, what: str = "text file", error: type[Rollout8
     """A UTF-8 text file (a leading byte order mark dropped), at most max_bytes; `error` naming the file for another
     encoding or a file far too large. OSError propagates."""
     path = Path(path)
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):  # a named pipe would block the read forever, a device never end
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a named pipe" if stat.S_ISFIFO(info.st_mode) \
+            else "not a regular file"
+        raise error(f"{path}: {kind}, not a {what}: name the file itself")
     if max_bytes is not None:
-        size = path.stat().st_size
+        size = info.st_size
         if size > max_bytes:
             raise error(f"{path}: {size} bytes, far more than a {what} (at most {max_bytes}); wrong file?")
     raw = path.read_bytes()

@@ -125,3 +125,64 @@ def test_a_model_json_with_a_key_given_twice_is_refused(tmp_path):
     path.write_text('{"torch_dtype": "bfloat16", "torch_dtype": "float16"}')
     with pytest.raises(ModelError, match=rf"^{path}: key 'torch_dtype' is given twice in one object: keep one$"):
         read_json(path, "config.json")
+
+
+# ------------------------------------------------------------------ bounded (issue 45): aliases, self-reference, depth
+def _laughs(levels: int) -> str:
+    """Nested aliases: each level a list of ten of the one before, 10**levels values once expanded."""
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    (_laughs(9), "f.yaml:5: its aliases (*name) expand to more than 100,000 values"),  # (where it passes them)
+    ("a: &a [1, *a]\n", "f.yaml:1: a value that contains itself (an alias inside its own anchor)"),
+    ("a: &a {b: *a}\n", "f.yaml:1: a value that contains itself"),
+    ("a: " + "[" * 80 + "]" * 80 + "\n", "f.yaml:1: nested more than 64 levels deep"),
+    ("a: " + "[" * 5000 + "]" * 5000 + "\n", "f.yaml: nested too deep to read"),
+    # an alias placed deeper than its anchor: 40 levels, then that under 40 more
+    ("a: &a " + "[" * 40 + "]" * 40 + "\nb: " + "[" * 40 + "*a" + "]" * 40 + "\n",
+     "nested more than 64 levels deep once its aliases are expanded"),
+])
+def test_what_expands_without_bound_is_refused_in_one_line_and_fast(text, message):
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(SpecError) as err:
+        load_yaml(text, source="f.yaml")
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert time.monotonic() - start < 5  # bounded: billions of values are never built
+
+
+def test_aliases_and_merge_keys_within_the_bounds_still_load():
+    assert load_yaml(_laughs(3), source="f.yaml")["l3"][0][0][0] == ["x"] * 10
+    assert load_yaml("base: &b {x: 1, y: 2}\nrun:\n  <<: *b\n  y: 3\n", source="f.yaml")["run"] == {"x": 1, "y": 3}
+    assert load_yaml("a: " + "[" * 60 + "]" * 60 + "\n", source="f.yaml") is not None
+
+
+def test_a_named_pipe_or_a_directory_is_refused_before_it_is_read(tmp_path, capsys):
+    import os
+
+    from rollout8.cli import main
+
+    pipe = tmp_path / "spec.yaml"
+    os.mkfifo(pipe)  # a read would block forever: nobody writes
+    with pytest.raises(SpecError, match="a named pipe, not a run spec"):
+        read_yaml(pipe, what="run spec")
+    assert main(["check", "--no-artifacts", str(pipe)]) != 0
+    err = capsys.readouterr().err
+    assert "a named pipe, not a run spec" in err and "Traceback" not in err
+    with pytest.raises(SpecError, match="a directory, not a FlashRL config"):
+        read_yaml(tmp_path, what="FlashRL config")
+
+
+def test_a_run_spec_of_nested_aliases_is_refused_by_check_in_one_line(tmp_path, capsys):
+    from rollout8.cli import main
+
+    spec = tmp_path / "laughs.yaml"
+    spec.write_text(_laughs(9) + "name: x\n")
+    assert main(["check", "--no-artifacts", str(spec)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "expand to more than 100,000 values" in err and len(err.splitlines()) == 1, err

@@ -443,7 +443,7 @@ def load_spec(path: str | Path) -> RunSpec:
     path = Path(path)
     if path.is_dir():
         raise SpecError(f"{path}: is a directory; give the run spec's YAML file (configs/runs/*.yaml)")
-    if not path.is_file():
+    if not path.exists():  # (one that is there but no regular file, a named pipe: read_yaml names it)
         raise SpecError(f"{path}: run spec not found")
     raw = read_yaml(path, what="run spec", error=SpecError, max_bytes=MAX_SPEC_BYTES)
     spec = parse_spec(raw, path.resolve().parent, str(path))
