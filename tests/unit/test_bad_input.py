@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import struct
 from collections.abc import Callable
@@ -406,3 +407,36 @@ def test_report_that_fails_half_way_leaves_no_pictures_without_their_page(tmp_pa
     assert main(["report", str(run), "--mode", "int8", "-o", str(out)]) != 0
     assert "cannot format nan" in capsys.readouterr().err
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+# ------------------------------------------------------------------ identity by inode (issue 45, item 2)
+def test_an_output_that_is_a_hard_link_of_an_input_is_the_input(pristine, tmp_path, capsys):
+    w = tmp_path / "w"
+    shutil.copytree(pristine, w)
+    os.link(w / "profile.pt", w / "profile-link.pt")
+    before = snapshot(w)
+    argv = ["setup", "-m", str(w / "int8"), "-p", str(w / "profile.pt"), "-o", str(w / "profile-link.pt")]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "is the input" in err and "by another name" in err, err
+    assert snapshot(w) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="a bind mount needs root")
+def test_an_output_inside_a_bind_mount_of_a_model_directory_is_inside_the_model(pristine, tmp_path, capsys):
+    import subprocess
+
+    w = tmp_path / "w"
+    shutil.copytree(pristine, w)
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    if subprocess.run(["mount", "--bind", str(w / "int8"), str(alias)], capture_output=True).returncode != 0:
+        pytest.skip("mount --bind is not permitted here (an unprivileged container)")
+    try:
+        before = snapshot(w)
+        assert main(["render", str(w / "spec.yaml"), "-o", str(alias / "rendered")]) != 0
+        err = capsys.readouterr().err
+        assert "lies inside the input directory model.int8" in err and "by another name" in err, err
+        assert snapshot(w) == before
+    finally:
+        subprocess.run(["umount", str(alias)], check=False)
