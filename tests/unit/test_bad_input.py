@@ -314,6 +314,16 @@ def edit_profile(w: Path, value: float) -> None:
     torch.save(profile, w / "profile.pt")
 
 
+def edit_config(w: Path, model: str, **values) -> None:
+    path = w / model / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+
+
+def transpose_gate_proj(header: dict) -> None:
+    entry = header["model.layers.0.mlp.gate_proj.weight"]
+    entry["shape"] = entry["shape"][::-1]
+
+
 def other_profile(pair) -> Callable[[Path], None]:
     from rollout8.quant.profile import write_profile
 
@@ -331,6 +341,15 @@ ARTIFACT_CASES = [
     ("bf16-directory-as-int8", lambda w: edit_spec(w, lambda s: s["model"].update(int8="bf16", profile="profile.pt")),
      "model.int8", "holds no int8 weights"),
     ("int8-without-a-weight-scale", drop_scales, "model.int8", "have no weight_scale"),
+    # the pair is one model (issue 45 item 3): vLLM would fail on the nodes, at the first load or sync
+    ("int8-config-of-another-architecture", lambda w: edit_config(w, "int8", architectures=["LlamaForCausalLM"]),
+     "model.int8", "says architectures ['LlamaForCausalLM'] but the bf16 model's"),
+    ("int8-config-with-more-layers", lambda w: edit_config(w, "int8", num_hidden_layers=3), "model.int8",
+     "says num_hidden_layers 3 but the bf16 model's"),
+    ("bf16-shard-shape-contradicts-config", lambda w: edit_header(shard(w, "bf16"), transpose_gate_proj),
+     "model.bf16", "tensor model.layers.0.mlp.gate_proj.weight has shape [64, 128] but config.json gives [128, 64]"),
+    ("int8-shard-past-the-last-layer", lambda w: edit_config(w, "int8", num_hidden_layers=1), "model.int8",
+     "is of layer 1 but config.json has num_hidden_layers 1"),
     ("profile-is-a-directory", lambda w: edit_spec(w, lambda s: s["model"].update(profile="data")), "model.profile",
      "is a directory"),
     ("profile-with-nan-scales", lambda w: edit_profile(w, float("nan")), "model.profile", "NaN, infinite or zero"),

@@ -162,10 +162,13 @@ def check_models(c: Collector, spec: RunSpec) -> None:
     """The model directories are what their fields say: a readable config.json; the bf16 model holds no int8
     weights (the int8 directory given as model.bf16 would train on int8 codes); the int8 model holds int8 weights,
     each with its weight_scale; every shard's size agrees with its header (a truncated copy fails here, not on
-    the nodes)."""
+    the nodes); each model's shard headers agree with its config.json and the two config.json agree on the
+    network's shape (quant.pair: an int8 model of another model fails here, not in vLLM on the nodes)."""
     from ..quant.checkpoint import Checkpoint, read_json
+    from ..quant.pair import config_mismatches, shape_problems
 
     wanted = [("model.bf16", spec.model.bf16, "bf16")]
+    read: dict[str, tuple[Path, dict]] = {}
     if spec.flashrl and spec.model.int8 is not None:
         wanted.append(("model.int8", spec.model.int8, "int8"))
     for field, path, kind in wanted:
@@ -186,6 +189,14 @@ def check_models(c: Collector, spec: RunSpec) -> None:
             c.error("models", field, f"{path} is a quantized model ({len(int8)} int8 tensors"
                     f"{', quantization_config in config.json' if 'quantization_config' in parsed else ''}): "
                     "model.bf16 must be the unquantized weights the trainer updates")
+            continue
+        problems = shape_problems(parsed, ckpt.tensors.values(), int8=kind == "int8")
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            c.error("models", field, f"{path}/{problems[0]}{more}: the shards and config.json are not of one "
+                    "model; copy the model directory again, whole")
+            continue
+        read[kind] = (path, parsed)
         if kind == "int8":
             weights = ckpt.int8_weights()
             if not weights:
@@ -196,6 +207,12 @@ def check_models(c: Collector, spec: RunSpec) -> None:
             if unscaled:
                 c.error("models", field, f"{len(unscaled)} int8 weight(s) have no weight_scale, e.g. {unscaled[0]}: "
                         "the checkpoint is incomplete; convert or copy it again")
+    if "bf16" in read and "int8" in read:
+        (bf16_dir, bf16_config), (int8_dir, int8_config) = read["bf16"], read["int8"]
+        for key, ours, theirs in config_mismatches(bf16_config, int8_config)[:1]:
+            c.error("models", "model.int8", f"{int8_dir}/config.json says {key} {theirs!r} but the bf16 model's "
+                    f"({bf16_dir}/config.json) says {ours!r}: the int8 model is not this bf16 model quantized; "
+                    "quantize model.bf16 (or name its int8 twin)")
 
 
 def check_context(c: Collector, spec: RunSpec, r: Rendered) -> None:
