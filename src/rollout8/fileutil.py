@@ -239,8 +239,8 @@ def refuse_output_inside_inputs(output: str | Path, inputs: Mapping[str, str | P
     of an input, the same directory reached through a bind mount, or a hard link of an input file, is the input.
     Refused, in one line naming the output, the input and what to do: the output is an input or lies inside one
     (nested_ok: it may lie inside an input directory, as a report inside the logs it reads); replaces (the output
-    directory is replaced whole): an
-    input lies inside it; files (the names written inside the output directory): one of them is, or holds, an input.
+    directory is replaced whole): an input lies inside it; files (the names written inside the output directory):
+    one of them is, or holds, an input.
     """
     out = _real(output)
     shown = f"{flag} {output}"
