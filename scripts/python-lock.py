@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from rollout8 import pylock  # noqa: E402
-from rollout8.lock import ARCHES, load_lock, normalize  # noqa: E402
+from rollout8.lock import ARCHES, load_lock, normalize, set_python_lock  # noqa: E402
 
 
 def blocks(text: str) -> list[tuple[str, str, str]]:
@@ -106,6 +106,9 @@ def main() -> int:
             path = pylock.layer_file(folder, layer.name, arch)
             path.write_text("\n".join(header) + "\n" + "".join(f"{t}\n" for t in kept))
             print(f"   {path.relative_to(ROOT)}: {len(kept)} packages", file=sys.stderr)
+    # the lock records every file's entries: its digest, so the image tag, covers the bytes the image installs
+    if set_python_lock(args.lock, pylock.content_digests(folder)):
+        print(f"   {args.lock.name}: python_lock updated (the image tag changes)", file=sys.stderr)
     return 0
 
 

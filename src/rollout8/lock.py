@@ -145,6 +145,19 @@ class Lock(FrozenModel):
     unpinned_deps: dict[str, list[str]] = Field(default_factory=dict)
     git: dict[str, GitPin]
     soc_version: str
+    # sha256 of each hashed Python lock file's entries (docker/requirements/<layer>-<arch>.txt: name, version and
+    # hashes), written by `make python-lock`: the digest, so the image tag, covers the bytes the image installs
+    python_lock: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("python_lock")
+    @classmethod
+    def _python_lock(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, digest in v.items():
+            if not re.match(r"^[a-z0-9-]+-(aarch64|x86_64)$", str(name)):
+                raise ValueError(f"{name!r}: a key is a layer file's name without .txt, such as stack-aarch64")
+            if not isinstance(digest, str) or not re.match(r"^[0-9a-f]{64}$", digest):
+                raise ValueError(f"{name}: must be 64 lowercase hex digits (a sha256), got {digest!r}")
+        return v
 
     @field_validator("python")
     @classmethod
@@ -364,6 +377,30 @@ def set_base_digest(path: Path, digest: str) -> None:
         raise LockError(f"{path}: no base_image.digest line found to fill")
     load_lock_text(new, path)
     atomic_write(path, new, mode=path.stat().st_mode & 0o777)
+
+
+PYTHON_LOCK_COMMENT = (
+    "# The hashed Python lock's entries, file by file (sha256 of the names, versions and hashes\n"
+    "# of each docker/requirements/<layer>-<arch>.txt): written by `make python-lock`, so the lock's\n"
+    "# digest and the image tag cover the bytes the image installs; `rollout8 lock --check` refuses\n"
+    "# a file that holds anything else.\n")
+
+
+def set_python_lock(path: Path, digests: dict[str, str]) -> bool:
+    """Write the python_lock block (at the end of the lock file, its comment above it) in place; True if changed."""
+    text = read_text(path, what="version lock", error=LockError)
+    block = PYTHON_LOCK_COMMENT + "python_lock:\n" + "".join(f"  {k}: {v}\n" for k, v in sorted(digests.items()))
+    pattern = re.compile(r"(?:^# The hashed Python lock's entries.*\n(?:^#.*\n)*)?^python_lock:\n(?:^[ \t]+.*\n)*",
+                         re.MULTILINE)
+    if pattern.search(text):
+        new = pattern.sub(lambda m: block, text, count=1)
+    else:
+        new = text.rstrip("\n") + "\n\n" + block
+    if new == text:
+        return False
+    load_lock_text(new, path)
+    atomic_write(path, new, mode=path.stat().st_mode & 0o777)
+    return True
 
 
 def load_lock_text(text: str, path: Path | str) -> Lock:

@@ -141,6 +141,17 @@ def parse_layer(path: Path) -> list[Entry]:
     return out
 
 
+def content_digest(path: Path) -> str:
+    """sha256 of a layer file's entries (names, versions, hashes; comments and layout do not count)."""
+    return sha256_json([[e.name, e.version, sorted(e.hashes)] for e in parse_layer(path)], compact=True)
+
+
+def content_digests(folder: Path) -> dict[str, str]:
+    """The lock's python_lock record of every layer file in folder (make python-lock writes it)."""
+    return {f"{layer.name}-{arch}": content_digest(layer_file(folder, layer.name, arch))
+            for layer in LAYERS for arch in ARCHES if layer_file(folder, layer.name, arch).is_file()}
+
+
 def recorded_digest(path: Path) -> str | None:
     for line in _text(path).splitlines():
         if line.startswith(HEADER_INPUTS):
@@ -150,7 +161,8 @@ def recorded_digest(path: Path) -> str | None:
 
 def status(lock: Lock, lock_file: Path) -> tuple[list[str], list[str]]:
     """(problems, notes) of the hashed Python lock next to lock_file. Problems: a layer file absent, stale (its
-    inputs changed since it was generated), an entry without a hash, or a mission pin inside it."""
+    inputs changed since it was generated), not what versions.lock.yaml records of it (python_lock: a hash edited
+    by hand), an entry without a hash, or a mission pin inside it."""
     folder = requirements_dir(lock_file)
     if not folder.is_dir():
         return [], [f"python lock: {folder} not here (an installed bundle): checked in the checkout"]
@@ -164,6 +176,15 @@ def status(lock: Lock, lock_file: Path) -> tuple[list[str], list[str]]:
                 continue
             if recorded_digest(path) != inputs_digest(lock, folder, layer.name, arch):
                 problems.append(f"python lock: {path.name} is stale (its inputs changed): run `make python-lock`")
+            key = f"{layer.name}-{arch}"
+            if key not in lock.python_lock:
+                problems.append(f"python lock: {path.name} is not recorded in versions.lock.yaml (python_lock.{key}): "
+                                "the image tag would not cover its bytes; run `make python-lock`")
+            elif lock.python_lock[key] != content_digest(path):
+                problems.append(f"python lock: {path.name} holds other names, versions or hashes than "
+                                f"versions.lock.yaml records (python_lock.{key}): edited by hand? run "
+                                "`make python-lock` to regenerate it (never edit a hash: the image would keep its tag "
+                                "for other bytes)")
             for entry in parse_layer(path):
                 if not entry.hashes:
                     problems.append(f"python lock: {path.name}: {entry.name}=={entry.version} has no hash")

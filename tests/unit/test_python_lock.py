@@ -89,6 +89,37 @@ def test_lock_check_reports_a_stale_layer_and_what_still_floats(tmp_path):
     assert any("stack-x86_64.txt missing" in p for p in problems)
 
 
+def test_a_hash_edited_by_hand_fails_lock_check_and_its_record_changes_the_image_tag(tmp_path, capsys):
+    """The lock covers its bytes (issue 45 item 5): a hash edited in a layer file, its version kept, is named by
+    `lock --check`; recording it (make python-lock) changes the lock's digest and so the image tag."""
+    from rollout8.cli import main
+    from rollout8.lock import set_python_lock
+
+    (tmp_path / "docker").mkdir()
+    folder = tmp_path / "docker" / "requirements"
+    shutil.copytree(ROOT / "docker" / "requirements", folder)
+    lock_file = tmp_path / "versions.lock.yaml"
+    lock_file.write_text(LOCK_FILE.read_text())
+    assert main(["lock", "--lock", str(lock_file), "--check"]) == 0
+    capsys.readouterr()
+    layer = folder / "stack-aarch64.txt"
+    text = layer.read_text()
+    first = re.search(r"--hash=sha256:([0-9a-f]{64})", text).group(1)
+    layer.write_text(text.replace(first, "0" * 64, 1))
+    assert main(["lock", "--lock", str(lock_file), "--check"]) != 0
+    out = capsys.readouterr().out
+    assert "stack-aarch64.txt holds other names, versions or hashes than versions.lock.yaml records" in out, out
+    tag = load_lock(lock_file).image_ref()
+    assert set_python_lock(lock_file, pylock.content_digests(folder))
+    assert load_lock(lock_file).image_ref() != tag
+    assert main(["lock", "--lock", str(lock_file), "--check"]) == 0
+    assert not set_python_lock(lock_file, pylock.content_digests(folder))  # a re-run changes nothing
+
+
+def test_every_layer_file_is_recorded_in_the_lock():
+    assert load_lock(LOCK_FILE).python_lock == pylock.content_digests(pylock.requirements_dir(LOCK_FILE))
+
+
 def test_set_base_digest_fills_the_slot_and_keeps_the_comments(tmp_path):
     lock_file = tmp_path / "versions.lock.yaml"
     lock_file.write_text(LOCK_FILE.read_text())
