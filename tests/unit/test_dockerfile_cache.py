@@ -118,7 +118,7 @@ def changed_value(path: str, value):
         return None
     if path == "soc_version":
         return value + "X"
-    if re.fullmatch(r"[0-9a-f]{40}", value):
+    if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):  # a commit id; python_lock's record of a layer file
         return value[:-1] + ("0" if value[-1] != "0" else "1")
     if path.endswith(".sha256"):
         return "0" * 64
