@@ -94,6 +94,19 @@ def test_knobs_of_the_wrong_type_or_value_from_every_source_are_refused_in_one_l
     assert "node-a:" not in out and "node-c:" not in out, out[-3000:]
 
 
+def test_values_from_an_extra_vars_file_and_host_names_are_judged_before_any_node(tmp_path):
+    """-e @vars.json gives infinity and integers past 64 bits as easily as a typo (JSON's 1e999); an inventory host
+    name with shell metacharacters or '..' becomes a file name on the controller."""
+    (tmp_path / "vars.json").write_text('{"rollout8_preflight_min_disk_gb": 1e999, '
+                                        '"rollout8_ray_object_store_bytes": 100000000000000000000000}')
+    rc, out = play(tmp_path, "-e", f"@{tmp_path}/vars.json")
+    assert_refused_before_any_node(
+        rc, out, "rollout8_preflight_min_disk_gb=inf is not a finite number",
+        "rollout8_ray_object_store_bytes=100000000000000000000000 is out of range (more than 64 bits hold")
+    rc, out = play(tmp_path, inventory=INVENTORY.replace("node-c ", "node-c;touch..x "))
+    assert_refused_before_any_node(rc, out, 'inventory host name "node-c;touch..x" is not a host name')
+
+
 def test_computed_value_or_a_name_like_no_knob_is_refused(tmp_path):
     rc, out = play(tmp_path, "-e", "rollout8_zzz=1", group_vars="rollout8_head_ip: 10.0.0.1\n",
                    host_vars={"node-a": "rollout8_node_ip: 10.0.0.1\n"})

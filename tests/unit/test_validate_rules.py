@@ -5,6 +5,7 @@ contract read from the roles). tests/unit/test_playbook_input.py keeps a few pla
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from rollout8_validate import (
     rollout8_cluster_errors,
     rollout8_container_ids_spread,
     rollout8_contract,
+    rollout8_host_name_errors,
     rollout8_knob_errors,
     rollout8_name_errors,
     rollout8_nic_conflicts,
@@ -113,8 +115,17 @@ def test_per_host_names_the_hosts_unless_every_host_has_it():
     ({"rollout8_verify_follow": "maybe"}, 'rollout8_verify_follow="maybe" is not true or false'),
     ({"rollout8_job_start_timeout_s": "0"}, "rollout8_job_start_timeout_s=0 is out of range (1 or more)"),
     ({"rollout8_ray_num_cpus": -2}, "rollout8_ray_num_cpus=-2 is out of range (0 or more)"),
+    # the one number rule (issue 45): what -e @vars.json gives as easily as a typo
+    ({"rollout8_preflight_min_disk_gb": float("inf")}, "rollout8_preflight_min_disk_gb=inf is not a finite number"),
+    ({"rollout8_preflight_min_shm_gb": float("nan")}, "rollout8_preflight_min_shm_gb=nan is not a finite number"),
+    ({"rollout8_ray_object_store_bytes": 10**30}, "rollout8_ray_object_store_bytes=1000000000000000000000000000000 "
+     "is out of range (more than 64 bits hold"),
+    ({"rollout8_job_timeout_s": "99999999999999999999999"}, "rollout8_job_timeout_s=99999999999999999999999 is out "
+     "of range (more than 64 bits hold"),
+    ({"rollout8_job_submit_retries": True}, "rollout8_job_submit_retries=true is not a number (a boolean)"),
 ], ids=["bool-typo", "choice-typo", "kind-old-name", "runtime", "port-word", "port-range", "disk-gb-word",
-        "skip-string", "skip-unknown", "bool-word", "timeout-zero", "cpus-negative"])
+        "skip-string", "skip-unknown", "bool-word", "timeout-zero", "cpus-negative", "float-infinite", "float-nan",
+        "int-past-64-bits", "int-text-past-64-bits", "int-given-a-bool"])
 def test_knob_of_the_wrong_type_or_value_is_refused_naming_it(contract, values, expected):
     errors = knob_errors(values, contract["options"], PORTS, POSITIVE)
     assert len(errors) == 1 and errors[0].startswith(expected), errors
@@ -233,3 +244,13 @@ def test_one_uid_gid_for_the_training_containers_or_both_ids_and_their_nodes_are
 def test_a_node_whose_ids_were_never_gathered_is_not_compared():
     hosts = inventory(node_a={"rollout8_node_login_ids": "1000:1000"}, node_b={"rollout8_node_login_ids": "1000:1000"})
     assert rollout8_container_ids_spread(hosts, HOSTS) == ""  # node-c outside --limit and not in the fact cache
+
+
+@pytest.mark.parametrize("name", ["node;rm -rf ~", "../etc", "a/b", "node..1", "$(id)", "-e", "", "node 1"])
+def test_a_host_name_that_is_not_a_name_is_refused_before_it_becomes_a_path(name):
+    errors = rollout8_host_name_errors(["head", name])
+    assert len(errors) == 1 and json.dumps(name) in errors[0] and "is not a host name" in errors[0], errors
+
+
+def test_host_names_of_the_sample_and_simulated_inventories_pass():
+    assert rollout8_host_name_errors(["rollout8-sim-head", "node-01.dc1.example", "atlas_07", "10.0.0.5"]) == []

@@ -92,11 +92,46 @@ def rollout8_name_errors(hostvars: Mapping[str, Mapping[str, Any]], hosts: list[
 
 
 def _number(value: Any) -> float:
-    """The value as Jinja's float filter reads it (0.0 when it is no number)."""
+    """The value as Jinja's float filter reads it (0.0 when it is no number; a huge integer stays exact)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0.0
+
+
+# The largest number a knob may hold: a signed 64-bit integer (what the nodes' tools and Ray read a count or a
+# size into). A JSON file (-e @vars.json) gives 1e999 (infinity), NaN or a 30-digit integer as easily as a typo.
+NUMBER_MAX = 2**63 - 1
+# A host name as the inventory gives it: it becomes a file name on the controller (fetched logs, cached facts,
+# the head's plan), so letters, digits, '-', '.' and '_' only, and never '..'
+HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+def number_problem(value: Any, low: float, high: float | None) -> str | None:
+    """Why a number knob's value breaks the one number rule (finite, within [low, high], never past 64 bits), or
+    None. A bool is no number (YAML's `yes` for a count)."""
+    if isinstance(value, bool):
+        return "is not a number (a boolean)"
+    number = _number(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        return "is not a finite number"
+    if number < low or (high is not None and number > high):
+        return f"is out of range ({low}" + (f"-{high}" if high is not None else " or more") + ")"
+    if number > NUMBER_MAX:
+        return "is out of range (more than 64 bits hold: at most 2^63-1)"
+    return None
+
+
+def rollout8_host_name_errors(hosts: list[str]) -> list[str]:
+    """Inventory host names that are not names (shell metacharacters, a path, '..'): each becomes a path."""
+    bad = [h for h in hosts if not HOST_NAME.match(str(h)) or ".." in str(h)]
+    if not bad:
+        return []
+    return [f"inventory host name {json.dumps(str(h))} is not a host name (letters, digits, '-', '.' and '_'; "
+            "it becomes a file name on the controller): name the host so and put its address in ansible_host"
+            for h in bad]
 
 
 def knob_errors(values: Mapping[str, Any], options: Mapping[str, dict], ports: list[str],
@@ -104,8 +139,8 @@ def knob_errors(values: Mapping[str, Any], options: Mapping[str, dict], ports: l
     """One host's knob errors: Ansible's argument-spec check (types, allowed values) of every knob the host sets,
     its type errors rewritten as one short line each (the variable, its value, what it must be); then, for the knobs
     whose type is right, what a spec cannot say: a list given as a string (Ansible's list type splits "a,b", the
-    roles would read the string), a number out of its range (ports 1-65535, `positive` knobs 1 or more, every other
-    number 0 or more)."""
+    roles would read the string), a number that breaks the one number rule (number_problem: finite, never past 64
+    bits; ports 1-65535, `positive` knobs 1 or more, every other number 0 or more)."""
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
     given = {key: values[key] for key in options if key in values}
@@ -129,9 +164,9 @@ def knob_errors(values: Mapping[str, Any], options: Mapping[str, dict], ports: l
                           f"'{{\"{key}\": [...]}}')")
         elif kind in ("int", "float"):
             low, high = (1, 65535) if key in ports else (1, None) if key in positive else (0, None)
-            if _number(value) < low or (high is not None and _number(value) > high):
-                errors.append(f"{key}={value} is out of range ({low}" + (f"-{high}" if high is not None else
-                                                                         " or more") + ")")
+            problem = number_problem(value, low, high)
+            if problem:
+                errors.append(f"{key}={json.dumps(value) if isinstance(value, bool) else value} {problem}")
     return errors
 
 
@@ -252,4 +287,5 @@ class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (rollout8_closest, rollout8_per_host, rollout8_contract, rollout8_name_errors,
                                         rollout8_knob_errors, rollout8_cluster_errors, rollout8_nic_conflicts,
-                                        rollout8_nic_unnamed, rollout8_container_ids_spread)}
+                                        rollout8_nic_unnamed, rollout8_container_ids_spread,
+                                        rollout8_host_name_errors)}
