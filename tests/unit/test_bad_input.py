@@ -202,6 +202,12 @@ SPEC_CASES = [
     ("save-freq-float", verl_value("trainer.save_freq", 2.5), "verl.trainer.save_freq"),
     ("boolean-key-given-a-number", verl_value("actor_rollout_ref.rollout.enforce_eager", 3),
      "verl.actor_rollout_ref.rollout.enforce_eager"),
+    # the one number rule (issue 45): finite, never past 64 bits, in the spec's fields and verl's typed values
+    ("hccl-timeout-past-64-bits", lambda w: edit_spec(w, lambda s: s["cluster"]["network"].update(
+        hccl_connect_timeout=10**30)), "cluster.network.hccl_connect_timeout"),
+    ("nnodes-infinite", lambda w: edit_spec(w, lambda s: s["cluster"].update(nnodes=float("inf"))), "cluster.nnodes"),
+    ("total-training-steps-past-64-bits", verl_value("trainer.total_training_steps", 10**20),
+     "verl.trainer.total_training_steps"),
     ("duplicate-key", lambda w: (w / "spec.yaml").write_text((w / "spec.yaml").read_text() + "name: u\n"),
      "'name' is given twice"),
     ("spec-of-50-MB", lambda w: (w / "spec.yaml").write_text("# x\n" * 12_500_000), "{w}/spec.yaml"),

@@ -333,6 +333,8 @@ def value_problem(override: Override) -> str | None:
     if not ok:
         shown = json.dumps(value) if got in (bool, int, float, str) else f"a {type(value).__name__}"
         return f"{shown} is not {_TYPE_NAMES[want]} (verl's default here is {json.dumps(reference)})"
+    if got is int and abs(value) > 2**63 - 1:
+        return f"{value} is more than 64 bits hold (verl and torch read it into a 64-bit integer)"
     if override.key in RANGES and got in (int, float):
         low, high, meaning = RANGES[override.key]
         if value < low or (high is not None and value > high) or (low == 0.0 and value == 0 and high is not None):
