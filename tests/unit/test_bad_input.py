@@ -121,6 +121,16 @@ CASES = [
     Case("setup-output-is-a-directory", ["setup", "-m", "{w}/int8", "-p", "{w}/profile.pt", "-o", "{w}/data"],
          "{w}/data"),
     Case("convert-out-is-a-file", ["convert", "--to", "ascend", "{w}/int8", "{w}/spec.yaml"], "{w}/spec.yaml"),
+    # sizes below 1 and counts past what any machine holds (issue 45): refused before a byte is allocated
+    Case("make-test-model-negative-size", ["make-test-model", "-o", "{w}/m", "--set", "hidden_size=-64"],
+         "hidden_size -64 must be an integer of 1 or more"),
+    Case("make-test-model-zero-shard-bytes", ["make-test-model", "-o", "{w}/m", "--set", "shard_bytes=0"],
+         "shard_bytes 0 must be an integer of 1 or more"),
+    Case("make-test-model-count-past-64-bits",
+         ["make-test-model", "-o", "{w}/m", "--set", "num_hidden_layers=99999999999999999999999"], "{w}/m: the pair "
+         "needs about"),
+    Case("make-test-model-tensor-past-memory", ["make-test-model", "-o", "{w}/m", "--set", "hidden_size=100000000"],
+         "the largest tensor of this shape needs"),
     # an input overwritten
     Case("profile-onto-the-int8-weights", [*PROFILE, "{w}/int8/model.safetensors"], "int8"),
     Case("profile-onto-the-bf16-config", [*PROFILE, "{w}/bf16/config.json"], "bf16"),

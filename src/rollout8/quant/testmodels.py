@@ -50,6 +50,18 @@ class ModelShape:
         return self.hidden_size // self.num_attention_heads
 
     def validate(self) -> None:
+        """Refuse a shape that cannot be built, before a byte is allocated: a size below 1, one not divisible by
+        another, a tensor larger than this machine's free memory (a 30-digit count must not allocate first)."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ModelError(f"{field.name} {value} must be an integer of 1 or more")
+        largest = 4 * max(self.vocab_size * self.hidden_size, self.intermediate_size * self.hidden_size,
+                          self.num_attention_heads * self.head_dim * self.hidden_size)  # float32 while drawn
+        if largest > available_memory():
+            raise ModelError(f"the largest tensor of this shape needs {largest / 2**30:.1f} GiB of memory to draw, "
+                             f"more than this machine has free ({available_memory() / 2**30:.1f} GiB): choose a "
+                             "smaller shape")
         if self.hidden_size % self.num_attention_heads:
             raise ModelError(f"hidden_size {self.hidden_size} is not divisible by "
                              f"num_attention_heads {self.num_attention_heads}")
@@ -58,6 +70,10 @@ class ModelShape:
                              f"num_key_value_heads {self.num_key_value_heads}")
         if self.vocab_size < TOKENIZER_VOCAB:
             raise ModelError(f"vocab_size {self.vocab_size} is smaller than the tokenizer's {TOKENIZER_VOCAB}")
+
+    def bytes_on_disk(self) -> int:
+        """About what the pair takes on disk: bf16 (2 bytes a parameter) and int8 (1, plus its float scales)."""
+        return 3 * self.num_parameters()
 
     def num_parameters(self) -> int:
         h, i, v, n = self.hidden_size, self.intermediate_size, self.vocab_size, self.num_hidden_layers
@@ -372,6 +388,17 @@ def build(bf16_dir: Path, int8_dir: Path, shape: ModelShape, seed: int, progress
     q.close()
 
 
+def available_memory() -> int:
+    """This machine's available memory in bytes (MemAvailable), or 8 GiB where /proc/meminfo is not."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 8 * 2**30
+
+
 def resolve_shape(preset: str, overrides: dict) -> ModelShape:
     if preset not in PRESETS:
         raise ModelError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
@@ -379,7 +406,9 @@ def resolve_shape(preset: str, overrides: dict) -> ModelShape:
     bad = sorted(set(overrides) - fields)
     if bad:
         raise ModelError(f"unknown shape field(s) {', '.join(bad)}; valid: {', '.join(sorted(fields))}")
-    return dataclasses.replace(PRESETS[preset], **overrides)
+    shape = dataclasses.replace(PRESETS[preset], **overrides)
+    shape.validate()
+    return shape
 
 
 def make_pair(out_dir: str | Path, preset: str = "tiny", seed: int = 0, progress=None, **overrides) -> ModelPair:
@@ -393,6 +422,13 @@ def make_pair(out_dir: str | Path, preset: str = "tiny", seed: int = 0, progress
     if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp and pair.bf16.is_dir() \
             and pair.int8.is_dir():
         return pair
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if shape.bytes_on_disk() > free:
+        raise ModelError(f"{out}: the pair needs about {shape.bytes_on_disk() / 2**30:.1f} GiB (bf16 and int8) and "
+                         f"{existing} has {free / 2**30:.1f} GiB free: choose a smaller shape or another directory")
     with staged_dir(out) as tmp:
         build(tmp / "bf16", tmp / "int8", shape, seed, progress=progress)
         (tmp / "testmodel.json").write_text(json.dumps(stamp, indent=2) + "\n")
