@@ -127,8 +127,10 @@ CASES = [
     Case("make-test-model-zero-shard-bytes", ["make-test-model", "-o", "{w}/m", "--set", "shard_bytes=0"],
          "shard_bytes 0 must be an integer of 1 or more"),
     Case("make-test-model-count-past-64-bits",
-         ["make-test-model", "-o", "{w}/m", "--set", "num_hidden_layers=99999999999999999999999"], "{w}/m: the pair "
-         "needs about"),
+         ["make-test-model", "-o", "{w}/m", "--set", "num_hidden_layers=99999999999999999999999"],
+         "num_hidden_layers 99999999999999999999999 is more than 64 bits hold"),
+    Case("make-test-model-pair-past-the-free-space", ["make-test-model", "-o", "{w}/m", "--set",
+                                                      "num_hidden_layers=30000000"], "{w}/m: the pair needs about"),
     Case("make-test-model-tensor-past-memory", ["make-test-model", "-o", "{w}/m", "--set", "hidden_size=100000000"],
          "the largest tensor of this shape needs"),
     # an input overwritten

@@ -124,6 +124,11 @@ def number_problem(value: Any, low: float, high: float | None) -> str | None:
     return None
 
 
+def one_line(text: str) -> str:
+    """A refusal on one line: a value's newline or other control character is shown escaped, never printed."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def rollout8_host_name_errors(hosts: list[str]) -> list[str]:
     """Inventory host names that are not names (shell metacharacters, a path, '..'): each becomes a path."""
     bad = [h for h in hosts if not HOST_NAME.match(str(h)) or ".." in str(h)]
@@ -167,7 +172,7 @@ def knob_errors(values: Mapping[str, Any], options: Mapping[str, dict], ports: l
             problem = number_problem(value, low, high)
             if problem:
                 errors.append(f"{key}={json.dumps(value) if isinstance(value, bool) else value} {problem}")
-    return errors
+    return [one_line(e) for e in errors]
 
 
 def rollout8_knob_errors(hostvars: Mapping[str, Mapping[str, Any]], hosts: list[str], contract: Mapping,

@@ -56,6 +56,8 @@ class ModelShape:
             value = getattr(self, field.name)
             if field.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ModelError(f"{field.name} {value} must be an integer of 1 or more")
+            if field.type in ("int", int) and value > 2**63 - 1:
+                raise ModelError(f"{field.name} {value} is more than 64 bits hold (config.json readers overflow)")
         largest = 4 * max(self.vocab_size * self.hidden_size, self.intermediate_size * self.hidden_size,
                           self.num_attention_heads * self.head_dim * self.hidden_size)  # float32 while drawn
         if largest > available_memory():

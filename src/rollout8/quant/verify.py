@@ -77,7 +77,10 @@ class Report:
         }
 
 
-def _load_profile(path: str | Path) -> dict:
+def load_profile(path: str | Path) -> dict:
+    """A FlashRL int8 profile, {name: {input_scale, output_scale, type}}, or ModelError naming the file and, for a
+    malformed entry, the entry and field: a scale is a float tensor or a number, a type a torch dtype (a string
+    where a scale should be would fail deep in the quantizer)."""
     import torch
 
     p = Path(path)
@@ -86,10 +89,21 @@ def _load_profile(path: str | Path) -> dict:
     try:
         profile = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling problem is a bad file
-        raise ModelError(f"{p}: not a readable FlashRL profile ({exc})") from exc
+        raise ModelError(f"{p}: not a readable FlashRL profile ({type(exc).__name__}: {exc})") from exc
     if not isinstance(profile, dict) or not all(isinstance(v, dict) and {"input_scale", "output_scale", "type"}
                                                 <= set(v) for v in profile.values()):
-        raise ModelError(f"{p}: not a FlashRL int8 profile (expected {{name: {{input_scale, output_scale, type}}}})")
+        raise ModelError(f"{p}: not a FlashRL profile ({{name: {{input_scale, output_scale, type}}}}); make it with "
+                         "`rollout8 profile`")
+    for name, entry in profile.items():
+        if not isinstance(entry["type"], torch.dtype):
+            raise ModelError(f"{p}: entry {str(name)[:80]!r}: type is {type(entry['type']).__name__}, not a torch "
+                             "dtype; make the profile again with `rollout8 profile`")
+        for key in ("input_scale", "output_scale"):
+            value = entry[key]
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number and not (torch.is_tensor(value) and value.is_floating_point()):
+                raise ModelError(f"{p}: entry {str(name)[:80]!r}: {key} is {type(value).__name__}, not a float "
+                                 "tensor or a number; make the profile again with `rollout8 profile`")
     return profile
 
 
@@ -101,7 +115,7 @@ def verify(bf16_dir: str | Path, int8_dir: str | Path, profile_path: str | Path,
     uses it to refuse a profile of another checkpoint); the coverage check is then left out."""
     import torch
 
-    profile = _load_profile(profile_path)
+    profile = load_profile(profile_path)
     bf16 = Checkpoint(bf16_dir)
     qmodel = open_quantized(int8_dir)
     int8 = qmodel.checkpoint

@@ -163,7 +163,7 @@ def read_jsonl(run: RunLog, path: Path) -> int:
             continue
         try:
             step = int(record["step"])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: a step of Infinity (JSON allows it)
             continue
         found += 1
         for key, value in record["data"].items():

@@ -268,15 +268,12 @@ def _check_profile(c: Collector, spec: RunSpec) -> None:
     except ModelError as exc:
         c.error("profile", "model.int8", str(exc))
         return
+    from ..quant.verify import load_profile, verify
+
     try:
-        profile = torch.load(profile_path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types for a bad file
-        c.error("profile", field, f"{profile_path}: not a loadable FlashRL profile ({type(exc).__name__}: {exc})")
-        return
-    if not isinstance(profile, dict) or not all(isinstance(v, dict) and {"input_scale", "output_scale", "type"}
-                                                <= set(v) for v in profile.values()):
-        c.error("profile", field, f"{profile_path}: not a FlashRL profile ({{name: {{input_scale, output_scale, "
-                "type}}}}); make it with `rollout8 profile`")
+        profile = load_profile(profile_path)
+    except ModelError as exc:  # not loadable, not a profile, or an entry of the wrong kind
+        c.error("profile", field, str(exc))
         return
     quantized = ckpt.int8_weights()
     in_profile_int8 = {n for n, v in profile.items() if v["type"] == torch.int8}
@@ -317,7 +314,6 @@ def _check_profile(c: Collector, spec: RunSpec) -> None:
                 f"{bad_scale[0]}: FlashRL would write garbage weights at every sync{remake}")
     if missing or extra or wrong_type or bad_shape or bad_scale or not spec.model.bf16.is_dir():
         return
-    from ..quant.verify import verify
 
     try:
         report = verify(spec.model.bf16, spec.model.int8, profile_path, sample=PROFILE_SAMPLE)
