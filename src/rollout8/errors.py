@@ -27,6 +27,13 @@ class CheckFailed(Rollout8Error):
     """A check found problems (already reported line by line)."""
 
     exit_code = 1
+    keeps_output = True  # its report is the output (verify-quant --json): a failed run does not remove it
+
+
+class ChecksRefused(CheckFailed):
+    """`rollout8 check`'s rules refused the spec before a command wrote its output: nothing it made is kept."""
+
+    keeps_output = False
 
 
 class WriteError(Rollout8Error):

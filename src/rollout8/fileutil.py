@@ -30,6 +30,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -41,8 +42,25 @@ from .errors import CheckFailed, Rollout8Error, WriteError
 CHUNK = 4 * 1024 * 1024
 
 
+def special_kind(path: str | Path) -> str | None:
+    """What an existing path is when it is not a regular file or a directory ("a named pipe", "a socket", "a
+    device"), found without opening it (a named pipe would block a read forever, a device never end); None for a
+    regular file, a directory or a path that does not exist."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return ("a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+
+
 def sha256_file(path: str | Path, progress: Callable[[int, int], None] | None = None) -> str:
-    """Hex sha256 of a file, read in 4 MiB blocks; `progress(done_bytes, total_bytes)` after each block."""
+    """Hex sha256 of a file, read in 4 MiB blocks; `progress(done_bytes, total_bytes)` after each block. A path
+    that is not a regular file is refused (OSError naming it) before it is opened."""
+    if kind := special_kind(path):
+        raise OSError(errno.EINVAL, f"{kind}, not a regular file: name the file itself", str(path))
     digest = hashlib.sha256()
     total = os.stat(path).st_size if progress else 0
     done = 0
@@ -478,7 +496,7 @@ def writing(output: str | Path) -> Iterator[Path]:
         yield out
     except BaseException as exc:
         failure = write_failure(exc, out)
-        if created is not None and not isinstance(exc, CheckFailed):
+        if created is not None and not (isinstance(exc, CheckFailed) and exc.keeps_output):
             if created.is_dir() and not created.is_symlink():
                 shutil.rmtree(created, ignore_errors=True)
             elif created.is_symlink() or created.exists():

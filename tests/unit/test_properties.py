@@ -384,3 +384,27 @@ def test_make_test_model_refuses_any_impossible_size_before_allocating(tmp_path,
     out = tmp_path / f"m-{next(_counter)}"
     rc = holds(["make-test-model", "-o", str(out), "--set", f"{field}={value}"], w, out)
     assert rc != 0
+
+
+# ------------------------------------------------------------------ input files are regular files
+PIPES = [("data/train.parquet", ["check", "{w}/spec.yaml"]),
+         ("data/train.parquet", ["plan", "{w}/spec.yaml", "-o", "{out}"]),
+         ("profile.pt", ["check", "{w}/spec.yaml"]),
+         ("profile.pt", ["verify-quant", "-m", "{w}/bf16", "-q", "{w}/int8", "-p", "{w}/profile.pt"]),
+         ("profile.pt", ["setup", "-m", "{w}/int8", "-p", "{w}/profile.pt", "-o", "{out}"]),
+         ("bf16/config.json", ["check", "{w}/spec.yaml"]),
+         ("bf16/model.safetensors", ["profile", "-m", "{w}/bf16", "-q", "{w}/int8", "-o", "{out}"]),
+         ("spec.yaml", ["render", "{w}/spec.yaml", "-o", "{out}"])]
+
+
+@pytest.mark.parametrize("name,argv", PIPES, ids=[f"{a[0]}-{n}" for n, a in PIPES])
+def test_an_input_that_is_a_named_pipe_is_refused_without_blocking(pristine, tmp_path, name, argv):
+    """A named pipe given as an input blocked the read forever (plan hashing a data file, torch.load of a profile):
+    each is refused, naming it, before it is opened (the alarm fails a command that blocks)."""
+    w = fresh(pristine, tmp_path, "w")
+    (w / name).unlink()
+    os.mkfifo(w / name)
+    out = tmp_path / "out"
+    rc = holds([a.replace("{w}", str(w)).replace("{out}", str(out)) for a in argv], w, out,
+               findings=argv[0] in ("check", "plan"))
+    assert rc != 0

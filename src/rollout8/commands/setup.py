@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import SpecError
-from ..fileutil import check_output, writing
+from ..fileutil import check_output, special_kind, writing
 from ..quant.checkpoint import require_kind
 from ..runspec.flashrl_config import (
     CONFIG_KIND,
@@ -65,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
             if args.fn != "bf16":
                 needed += [("--model", model), ("--profile", profile)]
             for label, value in needed:
+                if value is not None and (kind := special_kind(value)):
+                    raise SpecError(f"{label} {value}: {kind}, not a {label.lstrip('-').replace('-', ' ')}: name "
+                                    "the file or directory itself")
                 if value is not None and not Path(value).exists():
                     raise SpecError(f"{label} {value}: does not exist (pass --no-path-check for node-only paths)")
         if not args.no_path_check and args.fn != "bf16" and model and Path(model).is_dir():

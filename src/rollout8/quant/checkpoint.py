@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
+from ..fileutil import special_kind
 from ..yamlio import load_json
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -37,6 +38,8 @@ def read_header(path: Path) -> dict:
 
     The header's length field is bounded by the file's size before anything is read (a lying length of 10^12
     must not become a 1 TB read), and every tensor's byte range must lie in the file and match its shape."""
+    if kind := special_kind(path):  # found without opening it: a named pipe would block the read forever
+        raise ModelError(f"{path}: {kind}, not a safetensors file: copy the checkpoint again")
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import ModelError
+from ..fileutil import special_kind
 from . import quantmath
 from .checkpoint import Checkpoint
 from .layout import open_quantized
@@ -84,6 +85,8 @@ def load_profile(path: str | Path) -> dict:
     import torch
 
     p = Path(path)
+    if kind := special_kind(p):
+        raise ModelError(f"{p}: {kind}, not a profile file: name the file itself")
     if not p.is_file():
         raise ModelError(f"{p}: profile file does not exist (make one with `rollout8 profile`)")
     try:

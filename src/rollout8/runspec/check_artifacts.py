@@ -11,6 +11,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import ModelError
+from ..fileutil import special_kind
 from ..yamlio import load_json
 from .check_common import Collector, as_int, verl_field
 from .node_path import mount_problem, node_absolute
@@ -56,6 +57,10 @@ def check_paths(c: Collector, spec: RunSpec, artifacts: bool = True) -> None:
                        "(shared storage; the probe job checks it on every node)")
             continue
         if not artifacts:
+            continue
+        if kind := special_kind(local):  # found without opening it: a named pipe would block every read
+            c.error("flashrl-paths", field, f"{local} is {kind}, not a "
+                    f"{'model directory' if name in ('bf16', 'int8') else 'file'}: name the file itself")
             continue
         if not Path(local).exists():
             what = "file" if name in ("profile", "train", "val", "reward") else "model directory"

@@ -39,7 +39,7 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from ..errors import CheckFailed, SpecError
+from ..errors import ChecksRefused, SpecError
 from ..fileutil import atomic_symlink, atomic_write, sha256_bytes, sha256_file, sha256_json
 from ..lock import load_lock
 from ..models import StrictModel
@@ -198,7 +198,7 @@ def refuse_check_errors(spec: RunSpec, source: str | Path, profile_cache: Path |
               if f.level == "error"]
     if errors:
         lines = "\n".join(f.line() for f in errors)
-        raise CheckFailed(f"rollout8 check {source} failed: {len(errors)} error(s)\n{lines}")
+        raise ChecksRefused(f"rollout8 check {source} failed: {len(errors)} error(s)\n{lines}")
 
 
 def build_plan(spec_path: Path, out: Path | None, cli: str, *, check: bool = True, artifacts: bool = True,
