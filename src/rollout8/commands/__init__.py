@@ -41,7 +41,7 @@ def absolute_path(text: str) -> Path:
 def spec_inputs(spec, spec_path: str | Path, label: str = "SPEC") -> dict[str, Path | None]:
     """Every input artifact of a run spec, by the name an output refusal shows it under: the spec, the version lock,
     the models, the profile and the data files (the local paths `rollout8 plan` reads and checksums). No output of a
-    command that reads the spec may be, or lie inside, any of them (fileutil.refuse_output_inside_inputs)."""
+    command that reads the spec may be, or lie inside, any of them (overlap.refuse_output_inside_inputs)."""
     from ..paths import lock_path
 
     inputs: dict[str, Path | None] = {label: Path(spec_path), "lock": lock_path()}

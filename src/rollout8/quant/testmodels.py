@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelError
+from ..errors import ModelError, WriteError
 from ..fileutil import sha256_file, sha256_json, staged_dir
 
 BUILDER_VERSION = "1"  # bump when the output of a given (preset, seed, overrides) changes
@@ -390,6 +390,10 @@ def build(bf16_dir: Path, int8_dir: Path, shape: ModelShape, seed: int, progress
     q.close()
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def available_memory() -> int:
     """This machine's available memory in bytes (MemAvailable), or 8 GiB where /proc/meminfo is not."""
     try:
@@ -429,8 +433,9 @@ def make_pair(out_dir: str | Path, preset: str = "tiny", seed: int = 0, progress
         existing = existing.parent
     free = shutil.disk_usage(existing).free
     if shape.bytes_on_disk() > free:
-        raise ModelError(f"{out}: the pair needs about {shape.bytes_on_disk() / 2**30:.1f} GiB (bf16 and int8) and "
-                         f"{existing} has {free / 2**30:.1f} GiB free: choose a smaller shape or another directory")
+        raise WriteError(out, f"no space left on device (the pair needs about {_size(shape.bytes_on_disk())}, bf16 and "
+                         f"int8; {existing} has {_size(free)} free)", "free space, choose a smaller shape or name "
+                         "another directory")
     with staged_dir(out) as tmp:
         build(tmp / "bf16", tmp / "int8", shape, seed, progress=progress)
         (tmp / "testmodel.json").write_text(json.dumps(stamp, indent=2) + "\n")
