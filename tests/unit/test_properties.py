@@ -38,7 +38,7 @@ from rollout8.cli import main
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 EXAMPLE_TIMEOUT_S = 60
-EXAMPLES = {"spec": 150, "yaml": 60, "run": 80, "profile": 40, "lock": 80, "knobs": 300, "sizes": 40}
+EXAMPLES = {"spec": 150, "yaml": 60, "run": 80, "profile": 40, "lock": 80, "knobs": 300, "sizes": 40, "flags": 60}
 # ROLLOUT8_PROPERTY_EXPLORE=N: a developer's search, N times the examples from a random seed (a failure prints the
 # example to add as an @example); CI runs the fixed seed.
 EXPLORE = int(os.environ.get("ROLLOUT8_PROPERTY_EXPLORE", "0") or 0)
@@ -408,3 +408,30 @@ def test_an_input_that_is_a_named_pipe_is_refused_without_blocking(pristine, tmp
     rc = holds([a.replace("{w}", str(w)).replace("{out}", str(out)) for a in argv], w, out,
                findings=argv[0] in ("check", "plan"))
     assert rc != 0
+
+
+# ------------------------------------------------------------------ a number flag of any command
+FLAG_VALUES = ["-1", "0", "-0", "nan", "inf", "-inf", "1e999", "99999999999999999999999", "abc", "", " 5", "0x10"]
+NUMBER_FLAGS = [
+    (["make-test-data", "-o", "{out}"], "--train"), (["make-test-data", "-o", "{out}"], "--val"),
+    (["make-test-data", "-o", "{out}"], "--seed"), (["make-test-model", "-o", "{out}"], "--seed"),
+    (["setup", "-m", "{w}/int8", "-p", "{w}/profile.pt", "-o", "{out}", "--fn", "hybrid"], "--tp"),
+    (["setup", "-m", "{w}/int8", "-p", "{w}/profile.pt", "-o", "{out}", "--fn", "hybrid"], "--world-size"),
+    (["logs", "{w}"], "--min-syncs"), (["logs", "{w}"], "--steps"),
+    (["progress", "{w}/spec.yaml"], "--steps"), (["progress", "{w}/spec.yaml"], "--communicator-after"),
+    (["progress", "{w}/spec.yaml"], "--npus-per-node"), (["report", "{w}", "-o", "{out}"], "--skip-first"),
+    (["verify-quant", "-m", "{w}/bf16", "-q", "{w}/int8", "-p", "{w}/profile.pt"], "--max-lsb"),
+    (["probe-job", "--plan", "{w}/none.json"], "--nodes"), (["probe-job", "--plan", "{w}/none.json"], "--timeout"),
+]
+
+
+@bounded(EXAMPLES["flags"])
+@given(case=st.sampled_from(NUMBER_FLAGS), value=st.sampled_from(FLAG_VALUES))
+@example(case=NUMBER_FLAGS[0], value="99999999999999999999999")  # 10^22 rows: ran until killed
+def test_a_number_flag_of_any_command_holds_on_any_value(pristine, tmp_path, case, value):
+    """The one number rule on the command line: a flag's number is finite, within 64 bits and its range, or the
+    command refuses it in one line (argparse's), before any work."""
+    argv, flag = case
+    w = fresh(pristine, tmp_path, "w")
+    out = tmp_path / f"out-{next(_counter)}"
+    holds([a.replace("{w}", str(w)).replace("{out}", str(out)) for a in argv] + [f"{flag}={value}"], w, out)

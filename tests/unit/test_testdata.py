@@ -46,7 +46,7 @@ def test_cli(tmp_path):
     assert pq.read_table(tmp_path / "train.parquet").num_rows == 2
     bad = subprocess.run([sys.executable, "-m", "rollout8", "make-test-data", "-o", str(tmp_path), "--train", "0"],
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "at least 1" in bad.stderr
+    assert bad.returncode == 2 and "must be 1 or more" in bad.stderr
 
 
 def test_reward_file_scores_response_text_so_a_random_policy_gets_a_signal(tmp_path):

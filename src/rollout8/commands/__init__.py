@@ -7,16 +7,39 @@ import argparse
 import math
 from pathlib import Path
 
+INT64_MAX = 2**63 - 1  # the one number rule: no flag's value past what 64 bits hold
+
 
 def count(text: str) -> int:
-    """argparse type: an integer, 0 or more."""
+    """argparse type: an integer, 0 or more (and within 64 bits)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    if value > INT64_MAX:
+        raise argparse.ArgumentTypeError(f"{value}: more than 64 bits hold")
     return value
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer, 1 or more (a size, a count of nodes or ranks)."""
+    value = count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
+    return value
+
+
+def bounded_count(high: int):
+    """argparse type: an integer from 1 to high (a count whose work grows with it: rows written, examples)."""
+    def parse(text: str) -> int:
+        value = positive(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{value}: at most {high}")
+        return value
+    parse.__name__ = f"an integer from 1 to {high}"
+    return parse
 
 
 def amount(text: str) -> float:

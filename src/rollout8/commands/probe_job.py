@@ -15,6 +15,7 @@ from ..errors import Rollout8Error
 from ..fileutil import atomic_write, check_output
 from ..node.probe_job import VERDICT_PREFIX, judge_verdict, read_verdict, run_job
 from ..runspec.plan import load_plan
+from . import amount, positive
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                      "(<deploy.root>/rollout8-plan.json, written by `rollout8 plan`)")
     mode.add_argument("--judge", type=Path, metavar="DRIVER_LOG",
                       help="judge a finished probe job from its driver log (the verify role, on the controller)")
-    parser.add_argument("--nodes", type=int, default=None, help="number of nodes that must take part")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all node tasks")
+    parser.add_argument("--nodes", type=positive, default=None, help="number of nodes that must take part")
+    parser.add_argument("--timeout", type=amount, default=600.0, help="seconds to wait for all node tasks")
     parser.add_argument("--json-out", default=None, help="also write the verdict JSON here")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..node import keeper
 from ..results.communicator import AFTER_S
 from ..results.progress import find_driver_log, progress_line, read_progress
-from . import count
+from . import amount, count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ranks per node: names the node short of a rank that has not joined its communicator")
     parser.add_argument("--nodes", default="", help="the cluster's nodes, comma-separated NAME or NAME=ADDRESS (its "
                         "Ray address): names a node none of whose ranks arrived")
-    parser.add_argument("--communicator-after", type=float, default=AFTER_S, metavar="SECONDS",
+    parser.add_argument("--communicator-after", type=amount, default=AFTER_S, metavar="SECONDS",
                         help="a rank still waiting for its communicator after this long is reported "
                         f"(default {AFTER_S:g})")
 

@@ -16,6 +16,7 @@ from ..runspec.flashrl_config import (
     mix_summary,
     write_config,
 )
+from . import positive
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mix", default="1:1", help="hybrid: INT8:BF16 entry counts (default 1:1)")
     parser.add_argument("--no-path-check", action="store_true",
                         help="do not require the paths to exist here (they are paths on the nodes)")
-    parser.add_argument("--tp", type=int, default=None, help="show the per-rank mix for this tensor parallel size")
-    parser.add_argument("--world-size", type=int, default=None, help="rollout world size for the per-rank mix")
+    parser.add_argument("--tp", type=positive, default=None, help="show the per-rank mix for this tensor parallel size")
+    parser.add_argument("--world-size", type=positive, default=None, help="rollout world size for the per-rank mix")
     parser.add_argument("-o", "--output", required=True, help="where to write the FlashRL YAML")
     parser.add_argument("--force", action="store_true", help="replace an existing -o file that is not a FlashRL config")
 
