@@ -31,7 +31,8 @@ def _inventory(path: Path, nodes: list[str]) -> Path:
     import simcluster
 
     addresses = {node: simcluster.address(node) for node in nodes}
-    return simcluster.write_inventory(path.parent, addresses, simcluster.SSH_DIR / "id_ed25519")
+    return simcluster.write_inventory(path.parent, addresses, simcluster.SSH_DIR / "id_ed25519",
+                                      bastion=simcluster.address(simcluster.BASTION))  # as `up` writes it
 
 
 def _spec(base: Path, nnodes: int) -> Path:

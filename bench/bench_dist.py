@@ -88,11 +88,10 @@ def _rsync_all(nodes: tuple[str, ...], src: Path) -> float:
         subprocess.run(["docker", "exec", node, "mkdir", "-p", BASELINE_ROOT], check=True)
     import simcluster
 
-    key = simcluster.SSH_DIR / "id_ed25519"
-    rsh = f"ssh -i {key} -o UserKnownHostsFile={simcluster.SSH_DIR / 'known_hosts'} -l {simcluster.NODE_USER}"
+    rsh, addresses = simcluster.rsync_over_inventory(simcluster.INVENTORY)  # the bastion, as Ansible goes
     start = time.monotonic()
     procs = [subprocess.Popen(["rsync", "-rt", "--chmod=D0755,F0644", f"--rsh={rsh}", "--rsync-path=sudo rsync",
-                               f"{src}/", f"{simcluster.address(node)}:{BASELINE_ROOT}/"]) for node in nodes]
+                               f"{src}/", f"{addresses[node]}:{BASELINE_ROOT}/"]) for node in nodes]
     rcs = [p.wait(timeout=3600) for p in procs]
     seconds = time.monotonic() - start
     if any(rcs):

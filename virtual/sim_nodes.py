@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -446,6 +447,43 @@ def write_inventory(directory: Path, addresses: dict[str, str], key: Path, basti
     shutil.copytree(GROUP_VARS, directory / "group_vars")
     (directory / "hosts.ini").write_text("\n".join(lines))
     return directory / "hosts.ini"
+
+
+def inventory_ssh(inventory: Path = INVENTORY) -> dict[str, list[str]]:
+    """How Ansible reaches each host of an inventory written by write_inventory: {host: ssh argv up to the
+    command}, from its own settings (ansible_host, ansible_user, the key, ansible_ssh_common_args: the bastion's
+    ProxyJump included). The one way a benchmark or a test reaches a node over ssh, so none keeps a command line of
+    its own that the inventory has outgrown (a node that takes ssh from the bastion only times out on a direct one)."""
+    hosts: dict[str, str] = {}
+    settings: dict[str, str] = {}
+    section = ""
+    for raw in inventory.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        if section == "cluster:vars":
+            key, _, value = line.partition("=")
+            settings[key.strip()] = value.strip()
+        elif section in ("head", "workers"):
+            name, *pairs = line.split()
+            hosts[name] = dict(p.split("=", 1) for p in pairs).get("ansible_host", name)
+    base = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20"]
+    if "ansible_ssh_private_key_file" in settings:
+        base += ["-i", settings["ansible_ssh_private_key_file"]]
+    base += shlex.split(settings.get("ansible_ssh_common_args", ""))
+    if "ansible_user" in settings:
+        base += ["-l", settings["ansible_user"]]
+    return {name: [*base, address] for name, address in hosts.items()}
+
+
+def rsync_over_inventory(inventory: Path = INVENTORY) -> tuple[str, dict[str, str]]:
+    """(rsync's --rsh, {host: address}) from the same settings as inventory_ssh."""
+    argv = inventory_ssh(inventory)
+    rsh = " ".join(shlex.quote(a) for a in next(iter(argv.values()))[:-1]) if argv else "ssh"
+    return rsh, {name: a[-1] for name, a in argv.items()}
 
 
 def down(keep_images: bool = False) -> None:

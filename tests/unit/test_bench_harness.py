@@ -115,3 +115,25 @@ def test_benchmark_without_rows_is_skipped_not_failed(harness, tmp_path, capsys)
     assert "bench_absent: skipped" in capsys.readouterr().out
     _write(bench_dir, "broken", "def bench(work_dir):\n    return {'not': 'a list'}\n")
     assert harness.main(["--bench-dir", str(bench_dir), "--only", "broken", "--out", str(out)]) == 1
+
+
+def test_benches_reach_the_nodes_as_the_inventory_says_bastion_included(tmp_path):
+    """bench_dist's rsync and every ssh of a bench come from the inventory's own settings (sim_nodes.inventory_ssh):
+    a command line of their own timed out once the nodes took ssh from the bastion only."""
+    import shlex
+
+    import simcluster
+
+    key = tmp_path / "ssh" / "id_ed25519"
+    key.parent.mkdir()
+    inventory = simcluster.write_inventory(tmp_path / "inv", {"h": "172.28.0.2", "w": "172.28.0.3"}, key,
+                                           bastion="172.28.0.9")
+    argv = simcluster.inventory_ssh(inventory)
+    assert sorted(argv) == ["h", "w"] and argv["w"][-1] == "172.28.0.3"
+    assert f"ProxyJump={simcluster.BASTION}" in argv["h"] and "-F" in argv["h"] and str(key) in argv["h"]
+    assert argv["h"][argv["h"].index("-l") + 1] == simcluster.NODE_USER
+    rsh, addresses = simcluster.rsync_over_inventory(inventory)
+    assert addresses == {"h": "172.28.0.2", "w": "172.28.0.3"}
+    assert shlex.split(rsh) == argv["h"][:-1]
+    text = (REPO / "bench" / "bench_dist.py").read_text() + (REPO / "bench" / "bench_cluster.py").read_text()
+    assert "ssh -i" not in text and "bastion=" in text
