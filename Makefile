@@ -159,3 +159,7 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: venv ## side-by-side benchmarks (ratios; JSON in bench/results/); BENCH_ARGS="--only quantizer"
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+.PHONY: bench-quick
+bench-quick: venv ## every benchmark at its smallest size, one repetition: proves `make bench` runs (numbers not for publishing)
+	$(PY) bench/run.py --quick --out bench/results/quick.json $(BENCH_ARGS)

@@ -125,7 +125,8 @@ def bench(work_dir: Path) -> list[dict]:
         return []
     if shutil.which("rsync") is None:
         raise RuntimeError("rsync is not installed on this machine (apt-get install rsync)")
-    size = int(float(os.environ.get("ROLLOUT8_BENCH_DIST_GB", "2")) * 1e9)
+    default_gb = "0.05" if os.environ.get("ROLLOUT8_BENCH_QUICK") == "1" else "2"
+    size = int(float(os.environ.get("ROLLOUT8_BENCH_DIST_GB", default_gb)) * 1e9)
     simcluster.need_disk(str(work_dir), size * (1 + 2 * len(simcluster.NODES)) / 1e9 + 2, "bench_dist")
     tree = _tree(work_dir / "src", size)
     digest_s = _plan(work_dir / "plan", tree)  # also reads the tree once: every run below finds it cached

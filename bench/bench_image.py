@@ -94,7 +94,8 @@ def bench(work_dir: Path) -> list[dict]:
     if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         print("bench_image: no running Docker engine (bash scripts/ensure-docker.sh): skipped")
         return []
-    size = int(float(os.environ.get("ROLLOUT8_BENCH_IMAGE_GB", "1")) * 1e9)
+    default_gb = "0.05" if os.environ.get("ROLLOUT8_BENCH_QUICK") == "1" else "1"
+    size = int(float(os.environ.get("ROLLOUT8_BENCH_IMAGE_GB", default_gb)) * 1e9)
     nodes = simcluster.NODES
     # the tarball, the shared copy, each daemon's layers and one load's unpacked copy
     simcluster.need_disk(str(work_dir), size * (3 + len(nodes)) / 1e9 + 2, "bench_image")

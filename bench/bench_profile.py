@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PRESET = "bench-0.5b"
+PRESET = "tiny" if os.environ.get("ROLLOUT8_BENCH_QUICK") == "1" else "bench-0.5b"
 
 
 def _warm(pair) -> None:

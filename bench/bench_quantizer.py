@@ -37,7 +37,7 @@ from pathlib import Path
 SHAPES = [("7B q_proj 3584x3584", 3584, 3584), ("7B gate_proj 18944x3584", 18944, 3584),
           ("32B down_proj 5120x27648", 5120, 27648)]
 MIB = 2**20
-REPEAT = 5
+REPEAT = 1 if os.environ.get("ROLLOUT8_BENCH_QUICK") == "1" else 5
 WARMUP = 1
 
 

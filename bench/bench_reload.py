@@ -30,8 +30,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINE_VENV = Path(os.environ.get("ENGINE_VENV", REPO / ".cache" / "engine-venv"))
-PRESET = os.environ.get("ROLLOUT8_BENCH_RELOAD_PRESET", "bench-0.5b")
-ROUNDS = int(os.environ.get("ROLLOUT8_BENCH_RELOAD_ROUNDS", "6"))
+PRESET = os.environ.get("ROLLOUT8_BENCH_RELOAD_PRESET",
+                        "tiny-engine" if os.environ.get("ROLLOUT8_BENCH_QUICK") == "1" else "bench-0.5b")
+ROUNDS = int(os.environ.get("ROLLOUT8_BENCH_RELOAD_ROUNDS",
+                            "1" if os.environ.get("ROLLOUT8_BENCH_QUICK") == "1" else "6"))
 HOST_RELOAD = "ROLLOUT8_FLASHRL_HOST_RELOAD"
 FULL_GC = "ROLLOUT8_FLASHRL_FULL_GC"
 

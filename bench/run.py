@@ -9,7 +9,10 @@ returning rows `{"name": str, "a_label": str, "a": float, "b_label": str, "b": f
 table, and writes the rows with the machine they ran on to a JSON file (default bench/results/latest.json).
 A module that fails is reported with its error and makes the exit code 1; the others still run.
 
-    python bench/run.py [--only NAME ...] [--out FILE] [--list]
+    python bench/run.py [--only NAME ...] [--out FILE] [--list] [--quick]
+
+--quick (`make bench-quick`): every part at its smallest size and one repetition (ROLLOUT8_BENCH_QUICK=1, read by
+each module), so a bench that no longer runs fails where it is run, not at the next reader of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -31,6 +34,14 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROW_FIELDS = {"name": str, "a_label": str, "a": (int, float), "b_label": str, "b": (int, float), "unit": str}
+
+
+# Read by every bench_<name>.py (quick()): the smallest sizes and one repetition, every part still run.
+QUICK_ENV = "ROLLOUT8_BENCH_QUICK"
+
+
+def quick() -> bool:
+    return os.environ.get(QUICK_ENV) == "1"
 
 
 class BenchError(Exception):
@@ -202,7 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench-dir", type=Path, default=BENCH_DIR, help=argparse.SUPPRESS)
     parser.add_argument("--work-dir", type=Path, default=None, help="parent of the scratch directories")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument("--quick", action="store_true",
+                        help="every part at its smallest size, one repetition: proves the bench runs (CI's "
+                             "`make bench-quick`), its numbers are not the ones to publish")
     args = parser.parse_args(argv)
+    if args.quick:
+        os.environ[QUICK_ENV] = "1"
     try:
         if args.list:
             for name, path in discover(args.bench_dir).items():

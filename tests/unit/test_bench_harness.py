@@ -137,3 +137,16 @@ def test_benches_reach_the_nodes_as_the_inventory_says_bastion_included(tmp_path
     assert shlex.split(rsh) == argv["h"][:-1]
     text = (REPO / "bench" / "bench_dist.py").read_text() + (REPO / "bench" / "bench_cluster.py").read_text()
     assert "ssh -i" not in text and "bastion=" in text
+
+
+def test_quick_runs_every_part_small_and_says_so_to_each(harness, tmp_path, monkeypatch):
+    """`make bench-quick` (--quick): each module reads ROLLOUT8_BENCH_QUICK and shrinks its sizes; the real benches
+    do (bench_cluster's node counts, bench_dist's and bench_image's bytes, the repetitions)."""
+    monkeypatch.setenv(harness.QUICK_ENV, "0")  # restored (removed) after the test, whatever main() sets
+    _write(tmp_path / "b", "probe", "import os\n\ndef bench(work_dir):\n    return [{'name': 'q', 'a_label': 'a', "
+           "'a': float(os.environ.get('ROLLOUT8_BENCH_QUICK') == '1'), 'b_label': 'b', 'b': 1.0, 'unit': 'x'}]\n")
+    out = tmp_path / "r.json"
+    assert harness.main(["--bench-dir", str(tmp_path / "b"), "--out", str(out), "--quick"]) == 0
+    assert json.loads(out.read_text())["rows"][0]["a"] == 1.0
+    for name in ("cluster", "dist", "image", "quantizer", "reload", "profile"):
+        assert "ROLLOUT8_BENCH_QUICK" in (REPO / "bench" / f"bench_{name}.py").read_text(), name
