@@ -254,3 +254,12 @@ def test_a_host_name_that_is_not_a_name_is_refused_before_it_becomes_a_path(name
 
 def test_host_names_of_the_sample_and_simulated_inventories_pass():
     assert rollout8_host_name_errors(["rollout8-sim-head", "node-01.dc1.example", "atlas_07", "10.0.0.5"]) == []
+
+
+def test_a_knob_whose_aliases_expand_past_any_size_is_refused_before_it_is_copied(contract):
+    """A billion laughs in group_vars: YAML shares the lists (cheap to load); the validator's copy expands them."""
+    bomb = ["x"] * 9
+    for _ in range(8):
+        bomb = [bomb] * 9
+    errors = knob_errors({"rollout8_preflight_skip": bomb}, contract["options"], PORTS, POSITIVE)
+    assert len(errors) == 1 and errors[0].startswith("rollout8_preflight_skip holds more than 10000 values"), errors

@@ -109,6 +109,23 @@ NUMBER_MAX = 2**63 - 1
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
+MAX_KNOB_VALUES = 10_000
+
+
+def _expanded_size(value: Any, budget: int = MAX_KNOB_VALUES + 1) -> int:
+    """How many values a knob's value holds with its aliases expanded (a shared list counted each time it is
+    reached), counted up to budget only: a billion laughs in group_vars stops here, not in a deep copy."""
+    count, stack = 0, [value]
+    while stack and count < budget:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return count
+
+
 def number_problem(value: Any, low: float, high: float | None) -> str | None:
     """Why a number knob's value breaks the one number rule (finite, within [low, high], never past 64 bits), or
     None. A bool is no number (YAML's `yes` for a count)."""
@@ -149,6 +166,10 @@ def knob_errors(values: Mapping[str, Any], options: Mapping[str, dict], ports: l
     from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
     given = {key: values[key] for key in options if key in values}
+    huge = [key for key, value in given.items() if _expanded_size(value) > MAX_KNOB_VALUES]
+    if huge:  # YAML aliases in group_vars expand when the value is copied: judge nothing of it
+        return [f"{key} holds more than {MAX_KNOB_VALUES} values once its YAML aliases are expanded: no knob is "
+                "that large; write the value out" for key in huge]
     # (the validator reads the spec and works on a copy of the values: the contract is shared by every host unchanged)
     result = ArgumentSpecValidator(dict(options)).validate(given, validate_role_argument_spec=True)
     errors, mistyped = [], set()
