@@ -394,7 +394,9 @@ PIPES = [("data/train.parquet", ["check", "{w}/spec.yaml"]),
          ("profile.pt", ["setup", "-m", "{w}/int8", "-p", "{w}/profile.pt", "-o", "{out}"]),
          ("bf16/config.json", ["check", "{w}/spec.yaml"]),
          ("bf16/model.safetensors", ["profile", "-m", "{w}/bf16", "-q", "{w}/int8", "-o", "{out}"]),
-         ("spec.yaml", ["render", "{w}/spec.yaml", "-o", "{out}"])]
+         ("spec.yaml", ["render", "{w}/spec.yaml", "-o", "{out}"]),
+         ("run/metrics.jsonl", ["report", "{w}/run", "-o", "{out}"]),
+         ("run/job-driver-raysubmit_1.log", ["logs", "{w}/run"])]
 
 
 @pytest.mark.parametrize("name,argv", PIPES, ids=[f"{a[0]}-{n}" for n, a in PIPES])
@@ -402,7 +404,8 @@ def test_an_input_that_is_a_named_pipe_is_refused_without_blocking(pristine, tmp
     """A named pipe given as an input blocked the read forever (plan hashing a data file, torch.load of a profile):
     each is refused, naming it, before it is opened (the alarm fails a command that blocks)."""
     w = fresh(pristine, tmp_path, "w")
-    (w / name).unlink()
+    (w / name).parent.mkdir(parents=True, exist_ok=True)
+    (w / name).unlink(missing_ok=True)
     os.mkfifo(w / name)
     out = tmp_path / "out"
     rc = holds([a.replace("{w}", str(w)).replace("{out}", str(out)) for a in argv], w, out,

@@ -196,10 +196,13 @@ def _is_jsonl_logger(path: Path) -> bool:
 
 
 def _walk(root: Path) -> list[Path]:
+    """The regular files under root, sorted (a named pipe, socket or device is skipped: a read would block on it)."""
     files: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
+            if not (Path(dirpath) / name).is_file():
+                continue
             files.append(Path(dirpath) / name)
             if len(files) >= MAX_FILES:
                 return files
