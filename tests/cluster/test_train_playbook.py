@@ -230,10 +230,11 @@ def test_shared_storage_artifacts_missing_on_the_nodes_are_refused_in_preflight(
     assert refused.rc != 0
     out = one_line(refused.output)
     # (not the profile: with shared storage the head makes a missing one beside the models, in the training image)
-    missing = ", ".join(f"{run}/{p}" for p in ("data/reward.py", "data/train.parquet", "data/val.parquet",
-                                               "tiny/bf16", "tiny/int8"))
+    missing = sorted(f"{run}/{p}" for p in ("data/reward.py", "data/train.parquet", "data/val.parquet",
+                                            "tiny/bf16", "tiny/int8"))
     for node in NODES:
-        assert f"{node}: {missing} not on this node; with deploy.shared_storage: true" in out, out[-3000:]
+        named = re.search(rf"'{re.escape(node)}: (.*?) not on this node; with deploy.shared_storage: true", out)
+        assert named and sorted(named.group(1).split(", ")) == missing, out[-3000:]
     assert all(r["changed"] == 0 for r in refused.recap().values()), refused.recap()
 
 
