@@ -79,9 +79,10 @@ def bench(work_dir: Path) -> list[dict]:
             for attempt in ("first converge", "no-change re-run"):
                 run = simcluster.run_playbook(inventory, spec, work, work / "facts", *image,
                                               "-e", "rollout8_job_kind=probe")
-                if run.rc != 0:
-                    raise RuntimeError(f"{n} node(s), {attempt}: train.yml failed (rc {run.rc}); log in "
-                                       f"{work / 'last-playbook.log'}")
+                if run.rc != 0:  # the scratch directory goes with the bench: the failure's lines go with the error
+                    failed = [line for line in run.output.splitlines() if "fatal:" in line or "msg:" in line]
+                    raise RuntimeError(f"{n} node(s), {attempt}: train.yml failed (rc {run.rc}): "
+                                       + " | ".join(failed[-4:])[-1500:])
                 runs.append(run)
             changed = {host: r["changed"] for host, r in runs[1].recap().items() if r["changed"]}
             if changed:
