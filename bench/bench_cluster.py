@@ -62,9 +62,11 @@ def bench(work_dir: Path) -> list[dict]:
     image = sim_demo.image_args()  # the training image, built and saved (or found) before any timing
     if any("rollout8_image_tarball" in arg for arg in image):  # every node loads it once, untimed
         loaded = simcluster.run_playbook(simcluster.INVENTORY, base_spec, work_dir / "image", work_dir / "facts",
-                                         *image, "--tags", "image", timeout=3600)
+                                         *image, "--tags", "preflight,image", timeout=3600)  # preflight: the
+        # node wheels for a node whose Python lacks requests (rollout8-sim-w1), which the image role's modules need
         if loaded.rc != 0:
-            raise RuntimeError(f"loading the training image failed; log in {work_dir / 'image' / 'last-playbook.log'}")
+            failed = [line for line in loaded.output.splitlines() if "fatal:" in line or "msg:" in line]
+            raise RuntimeError("loading the training image failed: " + " | ".join(failed[-4:])[-1500:])
         image = sim_demo.image_args()
     rows, first = [], {}
     try:
