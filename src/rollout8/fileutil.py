@@ -42,18 +42,25 @@ from .overlap import OutputError, _real, refuse_output_inside_inputs
 CHUNK = 4 * 1024 * 1024
 
 
+def mode_kind(mode: int) -> str | None:
+    """What a file of this st_mode is when it is not a regular file ("a directory", "a named pipe", "a socket",
+    "a device"), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+
+
 def special_kind(path: str | Path) -> str | None:
-    """What an existing path is when it is not a regular file or a directory ("a named pipe", "a socket", "a
-    device"), found without opening it (a named pipe would block a read forever, a device never end); None for a
-    regular file, a directory or a path that does not exist."""
+    """What an existing path is when it is neither a regular file nor a directory (mode_kind), found without
+    opening it (a named pipe would block a read forever, a device never end); None for a regular file, a directory
+    or a path that does not exist."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
         return None
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return None
-    return ("a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    return None if stat.S_ISDIR(mode) else mode_kind(mode)
 
 
 def sha256_file(path: str | Path, progress: Callable[[int, int], None] | None = None) -> str:
@@ -373,7 +380,8 @@ def _related(path: Path, mine: Path) -> bool:
     return a == b or b in a.parents or a in b.parents or temporary
 
 
-def _existing(path: Path) -> Path:
+def existing_ancestor(path: Path) -> Path:
+    """path, or its nearest ancestor that exists (where a write would land, whose filesystem is judged)."""
     path = Path(path).absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -382,14 +390,14 @@ def _existing(path: Path) -> Path:
 
 def _read_only(path: Path) -> bool:
     try:
-        return bool(os.statvfs(_existing(path)).f_flag & os.ST_RDONLY)
+        return bool(os.statvfs(existing_ancestor(path)).f_flag & os.ST_RDONLY)
     except OSError:
         return False
 
 
 def _filesystem_cause(target: Path) -> int | None:
     """Why nothing can be written at target, seen on its filesystem: EROFS, ENOSPC, EACCES, or None."""
-    where = _existing(target)
+    where = existing_ancestor(target)
     if not where.is_dir():
         where = where.parent
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-INT64_MAX = 2**63 - 1
+INT64_MAX = 2**63 - 1  # the one number rule: no number the product reads (model field, flag, shape) past 64 bits
 
 
 class StrictModel(BaseModel):

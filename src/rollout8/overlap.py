@@ -42,18 +42,19 @@ def refuse_output_inside_inputs(output: str | Path, inputs: Mapping[str, str | P
             continue
         source = _real(value)
         source_id = _identity(source)
+        source_chain = _identities(source)  # the input and its existing ancestors
         if out == source or (out_id is not None and out_id == source_id):
             raise OutputError(f"{shown}: is the input {label} ({value}){_alias(out, source)}; writing {what} there "
                               "would destroy it: name another path")
-        inside = source in out.parents or (source_id is not None and source_id in out_chain and out_id != source_id)
+        # (from here on the output is not the input, by name or by inode)
+        inside = source in out.parents or (source_id is not None and source_id in out_chain)
         if inside and not (nested_ok and source.is_dir()):
             kind = "directory " if source.is_dir() else ""
             raise OutputError(f"{shown}: lies inside the input {kind}{label} ({value}){_alias(out, source)}; "
                               f"writing {what} there would change an input: name a path outside it")
-        if replaces and (out in source.parents or (out_id is not None and out_id in _identities(source.parent))):
+        if replaces and (out in source.parents or (out_id is not None and out_id in source_chain)):
             raise OutputError(f"{shown}: holds the input {label} ({value}); {what} replaces the whole directory, "
                               "which would delete it: name another path")
-        source_chain = _identities(source)
         for name in files:
             target = out / name
             target_id = _identity(target)

@@ -29,13 +29,13 @@ opened.
 from __future__ import annotations
 
 import json
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .errors import Rollout8Error, SpecError
+from .fileutil import mode_kind
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -151,9 +151,7 @@ def read_text(path: str | Path, *, what: str = "text file", error: type[Rollout8
     encoding or a file far too large. OSError propagates."""
     path = Path(path)
     info = path.stat()
-    if not stat.S_ISREG(info.st_mode):  # a named pipe would block the read forever, a device never end
-        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a named pipe" if stat.S_ISFIFO(info.st_mode) \
-            else "not a regular file"
+    if kind := mode_kind(info.st_mode):  # a named pipe would block the read forever, a device never end
         raise error(f"{path}: {kind}, not a {what}: name the file itself")
     if max_bytes is not None:
         size = info.st_size

@@ -7,7 +7,7 @@ import argparse
 import math
 from pathlib import Path
 
-INT64_MAX = 2**63 - 1  # the one number rule: no flag's value past what 64 bits hold
+from ..models import INT64_MAX
 
 
 def count(text: str) -> int:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError, WriteError
-from ..fileutil import sha256_file, sha256_json, staged_dir
+from ..fileutil import existing_ancestor, sha256_file, sha256_json, staged_dir
+from ..models import INT64_MAX
 
 BUILDER_VERSION = "1"  # bump when the output of a given (preset, seed, overrides) changes
 
@@ -54,9 +55,11 @@ class ModelShape:
         another, a tensor larger than this machine's free memory (a 30-digit count must not allocate first)."""
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if field.type not in ("int", int):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ModelError(f"{field.name} {value} must be an integer of 1 or more")
-            if field.type in ("int", int) and value > 2**63 - 1:
+            if value > INT64_MAX:
                 raise ModelError(f"{field.name} {value} is more than 64 bits hold (config.json readers overflow)")
         largest = 4 * max(self.vocab_size * self.hidden_size, self.intermediate_size * self.hidden_size,
                           self.num_attention_heads * self.head_dim * self.hidden_size)  # float32 while drawn
@@ -428,9 +431,7 @@ def make_pair(out_dir: str | Path, preset: str = "tiny", seed: int = 0, progress
     if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp and pair.bf16.is_dir() \
             and pair.int8.is_dir():
         return pair
-    existing = out.absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = existing_ancestor(out)
     free = shutil.disk_usage(existing).free
     if shape.bytes_on_disk() > free:
         raise WriteError(out, f"no space left on device (the pair needs about {_size(shape.bytes_on_disk())}, bf16 and "

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..models import INT64_MAX
 from ..paths import PACKAGE_DIR
 
 KEYS_FILE = PACKAGE_DIR / "data" / "verl_keys.txt"
@@ -333,7 +334,7 @@ def value_problem(override: Override) -> str | None:
     if not ok:
         shown = json.dumps(value) if got in (bool, int, float, str) else f"a {type(value).__name__}"
         return f"{shown} is not {_TYPE_NAMES[want]} (verl's default here is {json.dumps(reference)})"
-    if got is int and abs(value) > 2**63 - 1:
+    if got is int and abs(value) > INT64_MAX:
         return f"{value} is more than 64 bits hold (verl and torch read it into a 64-bit integer)"
     if override.key in RANGES and got in (int, float):
         low, high, meaning = RANGES[override.key]
