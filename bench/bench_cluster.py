@@ -65,8 +65,7 @@ def bench(work_dir: Path) -> list[dict]:
                                          *image, "--tags", "preflight,image", timeout=3600)  # preflight: the
         # node wheels for a node whose Python lacks requests (rollout8-sim-w1), which the image role's modules need
         if loaded.rc != 0:
-            failed = [line for line in loaded.output.splitlines() if "fatal:" in line or "msg:" in line]
-            raise RuntimeError("loading the training image failed: " + " | ".join(failed[-4:])[-1500:])
+            raise RuntimeError(f"loading the training image failed: {loaded.failure()}")
         image = sim_demo.image_args()
     rows, first = [], {}
     try:
@@ -82,9 +81,7 @@ def bench(work_dir: Path) -> list[dict]:
                 run = simcluster.run_playbook(inventory, spec, work, work / "facts", *image,
                                               "-e", "rollout8_job_kind=probe")
                 if run.rc != 0:  # the scratch directory goes with the bench: the failure's lines go with the error
-                    failed = [line for line in run.output.splitlines() if "fatal:" in line or "msg:" in line]
-                    raise RuntimeError(f"{n} node(s), {attempt}: train.yml failed (rc {run.rc}): "
-                                       + " | ".join(failed[-4:])[-1500:])
+                    raise RuntimeError(f"{n} node(s), {attempt}: train.yml failed (rc {run.rc}): {run.failure()}")
                 runs.append(run)
             changed = {host: r["changed"] for host, r in runs[1].recap().items() if r["changed"]}
             if changed:

@@ -60,8 +60,7 @@ def _preflight(simcluster, work_dir: Path) -> None:
     run = simcluster.run_playbook(simcluster.INVENTORY, spec, work_dir / "preflight", work_dir / "facts", "--tags",
                                   "preflight", timeout=1800)
     if run.rc != 0:
-        failed = [line for line in run.output.splitlines() if "fatal:" in line or "msg:" in line]
-        raise RuntimeError("preflight before the image bench failed: " + " | ".join(failed[-4:])[-1500:])
+        raise RuntimeError(f"preflight before the image bench failed: {run.failure()}")
 
 
 def _received(nodes: tuple[str, ...]) -> int:

@@ -88,6 +88,11 @@ class Run:
     output: str
     seconds: float
 
+    def failure(self, lines: int = 4) -> str:
+        """The last fatal and msg lines of the run, joined on one line (a bench's error, whose log goes with it)."""
+        found = [line for line in self.output.splitlines() if "fatal:" in line or "msg:" in line]
+        return " | ".join(found[-lines:])[-1500:]
+
     def recap(self) -> dict[str, dict[str, int]]:
         tail = self.output.rsplit("PLAY RECAP", 1)[-1]
         return {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
