@@ -65,8 +65,7 @@ def bench(work_dir: Path) -> list[dict]:
         print("bench_demo: no running Docker engine (bash scripts/ensure-docker.sh): skipped")
         return []
     fresh = os.environ.get("ROLLOUT8_BENCH_FRESH") == "1"
-    simcluster.down()
-    simcluster.clear_demo_runs()  # as `make demo-down`: the demo on new nodes starts its run anew
+    _timed(["down"])  # `make demo-down`'s own command: the demo on new nodes starts its run anew
     if fresh:
         _fresh()
     shutil.rmtree(simcluster.DEMO_WORK, ignore_errors=True)
