@@ -18,6 +18,7 @@ from rollout8_preflight import (
     rollout8_checkpoint_space,
     rollout8_mtu_spread,
     rollout8_npu_version,
+    rollout8_port_range_problem,
     rollout8_reach_peers,
     rollout8_unreachable,
     rollout8_version_spread,
@@ -194,3 +195,71 @@ def test_verify_names_each_node_with_its_address_and_the_nodes_whose_raylet_is_g
                 "c": {}}  # unreachable: no address cached, no raylet check
     assert rollout8_node_addresses(hostvars, HOSTS) == ["a=10.0.0.1", "b=10.0.0.2", "c=c"]
     assert rollout8_dead_hosts(hostvars, HOSTS) == ["b (10.0.0.2)", "c"]
+
+
+# ------------------------------------------------------------------------------------------------ HCCL host ports
+EPHEMERAL = "32768\t60999"  # /proc/sys/net/ipv4/ip_local_port_range as the kernel prints it
+
+
+def test_hccl_host_ports_inside_the_ephemeral_range_are_refused_naming_both_ranges_and_the_fixes():
+    problem = rollout8_port_range_problem({"HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050"}, EPHEMERAL, "", "node-a")
+    assert problem == (
+        "node-a: HCCL_HOST_SOCKET_PORT_RANGE 60000-60050 (cluster.network.hccl_host_socket_port_range) overlaps this "
+        "node's ephemeral port range 32768-60999 (net.ipv4.ip_local_port_range), and 51 of its ports are not reserved "
+        "(net.ipv4.ip_local_reserved_ports: none): any outgoing connection can take one and HCCL's bind then fails "
+        "at random. Move the range outside 32768-60999 (e.g. 61000-61050), or reserve it on every node: sysctl -w "
+        "net.ipv4.ip_local_reserved_ports=60000-60050 (and in /etc/sysctl.d/ to keep it after a reboot).")
+    # a part reserved: the rest still counts; a partial overlap at the top of the range too
+    partly = rollout8_port_range_problem({"HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050"}, EPHEMERAL, "60000-60039",
+                                         "node-a")
+    assert "11 of its ports are not reserved (net.ipv4.ip_local_reserved_ports: 60000-60039)" in partly
+    assert "1 of its ports" in rollout8_port_range_problem({"HCCL_HOST_SOCKET_PORT_RANGE": "60999-61050"},
+                                                           EPHEMERAL, "", "node-a")
+
+
+def test_hccl_host_ports_outside_reserved_or_unset_pass():
+    for env, ephemeral, reserved in (({"HCCL_HOST_SOCKET_PORT_RANGE": "61000-61050"}, EPHEMERAL, ""),
+                                     ({"HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050"}, EPHEMERAL, "60000-60050"),
+                                     ({"HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050"}, EPHEMERAL,
+                                      "50000,59000-60010,60011-60050"),
+                                     ({"HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050"}, "1024 20000", ""),
+                                     ({}, EPHEMERAL, ""),
+                                     ({"HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050"}, "", "")):  # not read
+        assert rollout8_port_range_problem(env, ephemeral, reserved, "node-a") == "", (env, ephemeral, reserved)
+    # an ephemeral range that ends near the top: the suggestion is below it
+    below = rollout8_port_range_problem({"HCCL_HOST_SOCKET_PORT_RANGE": "60000-60050"}, "40000 65500", "", "n")
+    assert "(e.g. 39949-39999)" in below
+
+
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+ANSIBLE = Path(__file__).resolve().parents[2] / "ansible"
+
+
+@pytest.mark.skipif(not PLAYBOOK.exists(), reason="ansible-playbook is not in this venv (make venv)")
+def test_preflight_reads_this_machines_ephemeral_range_and_refuses_a_range_inside_it(tmp_path):
+    """preflight's hccl_ports.yml as ansible-playbook runs it, on this machine's own /proc/sys/net/ipv4 (the
+    range inside is chosen from what the kernel says, so the test holds whatever this machine's range is)."""
+    low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    reserved = Path("/proc/sys/net/ipv4/ip_local_reserved_ports").read_text().strip()
+    if reserved:
+        pytest.skip(f"this machine reserves ports ({reserved}): the refusal depends on which")
+    outside = f"{high + 1}-{high + 51}" if high + 51 <= 65535 else f"{low - 51}-{low - 1}"
+    results = {}
+    for name, port_range in (("inside", f"{high - 50}-{high}"), ("outside", outside)):
+        play = tmp_path / f"{name}.yml"
+        play.write_text(
+            "- hosts: localhost\n  gather_facts: false\n  vars:\n"
+            f"    rollout8_plan: {{env: {{HCCL_HOST_SOCKET_PORT_RANGE: '{port_range}'}}}}\n  tasks:\n"
+            "    - ansible.builtin.include_role: {name: preflight, tasks_from: hccl_ports}\n")
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
+        proc = subprocess.run([str(PLAYBOOK), "-i", "localhost,", "-c", "local", "-e",
+                               f"ansible_python_interpreter={sys.executable}", str(play)], cwd=ANSIBLE, env=env,
+                              capture_output=True, text=True, timeout=300)
+        out = " ".join((proc.stdout + proc.stderr).split())
+        results[name] = (proc.returncode, out.replace("''", "'"))  # the YAML callback doubles a quote
+    rc, out = results["inside"]
+    said = (f"localhost: HCCL_HOST_SOCKET_PORT_RANGE {high - 50}-{high} (cluster.network.hccl_host_socket_port_range)"
+            f" overlaps this node's ephemeral port range {low}-{high}")
+    assert rc != 0 and said in out, out[-3000:]
+    rc, out = results["outside"]
+    assert rc == 0, out[-3000:]

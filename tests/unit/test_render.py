@@ -106,7 +106,7 @@ def test_int8_command_and_env():
     assert env["FLASHRL_CONFIG"] == f"{root}/flashrl.yaml" and env["FLASHRL_LOGGING_LEVEL"] == "DEBUG"
     assert env["FLASHRL_LMHEAD_FP32"] == "0" and env["VLLM_USE_V1"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] == "1"
-    assert env["HCCL_CONNECT_TIMEOUT"] == "3000" and "HCCL_IF_IP" in rendered.per_node_env
+    assert env["HCCL_CONNECT_TIMEOUT"] == "600" and "HCCL_IF_IP" in rendered.per_node_env
     [entry] = rendered.flashrl["configs"]
     assert entry["model"] == f"{root}/models/int8" and entry["profile"] == f"{root}/profile.pt"
 
@@ -128,20 +128,39 @@ def test_network_settings_reach_the_env():
     env = rendered.env
     for key in ("HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
         assert env[key] == "enp189s0f0"
-    assert env["HCCL_HOST_SOCKET_PORT_RANGE"] == "60000-60050" and env["HCCL_EXEC_TIMEOUT"] == "3600"
+    assert env["HCCL_HOST_SOCKET_PORT_RANGE"] == "61000-61050" and env["HCCL_EXEC_TIMEOUT"] == "3600"
+    assert env["HCCL_NPU_SOCKET_PORT_RANGE"] == "61000-61050"
     assert "trainer.nnodes=2" in rendered.argv
 
 
 def test_hccl_connect_timeout_is_bounded_unless_the_spec_sets_it(tmp_path):
-    """The shipped specs keep the upstream recipe's 3000 s, set explicitly; a spec that says nothing waits 600 s for
-    its peers (a rank that cannot connect fails in 10 minutes, not 50)."""
+    """No shipped spec keeps the upstream recipe's 3000 s (a rank that cannot connect would hang 50 minutes before
+    HCCL says anything) unless its reason is written beside it; a spec that says nothing waits 600 s."""
+    for path in sorted((REPO / "configs/runs").glob("*.yaml")):
+        spec = load_spec(path)
+        if spec.cluster.accelerator != "npu":
+            continue
+        timeout = render(spec).env["HCCL_CONNECT_TIMEOUT"]
+        lines = [line for line in path.read_text().splitlines() if "hccl_connect_timeout" in line]
+        assert timeout == "600" or all("#" in line for line in lines), (path.name, timeout, lines)
+    spec = yaml.safe_load((REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml").read_text())
+    spec["cluster"].setdefault("network", {})["hccl_connect_timeout"] = 3000
+    explicit = tmp_path / "explicit.yaml"
+    explicit.write_text(yaml.safe_dump(spec))
+    assert render(load_spec(explicit)).env["HCCL_CONNECT_TIMEOUT"] == "3000"  # a user's own value is kept
+
+
+def test_hccl_host_ports_default_above_the_ephemeral_range(tmp_path):
+    """Linux's default ephemeral range is 32768-60999 (CANN's own host ports, 60000-60015, lie inside it): the
+    default range lies above it; null gives CANN's default back (no variable)."""
     path = REPO / "configs/runs/qwen2.5-7b-int8-gsm8k.yaml"
-    assert render(load_spec(path)).env["HCCL_CONNECT_TIMEOUT"] == "3000"
+    low, high = (int(x) for x in render(load_spec(path)).env["HCCL_HOST_SOCKET_PORT_RANGE"].split("-"))
+    assert 60999 < low <= high <= 65535
     spec = yaml.safe_load(path.read_text())
-    del spec["cluster"]["network"]["hccl_connect_timeout"]
-    unset = tmp_path / "no-timeout.yaml"
+    spec["cluster"].setdefault("network", {})["hccl_host_socket_port_range"] = None
+    unset = tmp_path / "cann-default.yaml"
     unset.write_text(yaml.safe_dump(spec))
-    assert render(load_spec(unset)).env["HCCL_CONNECT_TIMEOUT"] == "600"
+    assert "HCCL_HOST_SOCKET_PORT_RANGE" not in render(load_spec(unset)).env
 
 
 def test_launch_script_runs_the_manifest_command(tmp_path):

@@ -2,7 +2,8 @@
 one MTU on the cluster interfaces, and the NPU driver and firmware versions (read from the installer's files, the
 same on every node). Each takes Ansible's `hostvars` (in the tests, a dict of dicts) and the hosts to judge, and
 returns data: the peers to probe, or one line per problem; the tasks only assert that none came back. One rule is
-per node: room for verl's checkpoints where they land (the node's rollout8_node_state result against the plan)."""
+per node: room for verl's checkpoints where they land (the node's rollout8_node_state result against the plan), and
+HCCL's host port range outside the node's ephemeral ports unless they are reserved."""
 
 from __future__ import annotations
 
@@ -114,7 +115,55 @@ def rollout8_checkpoint_space(df: Mapping[str, Any], plan: Mapping[str, Any], ho
             "(rollout8_preflight_skip: [disk]).")
 
 
+def _port_spans(text: str) -> list[tuple[int, int]]:
+    """`32768\t60999` (ip_local_port_range) or `60000-60050,61000` (ip_local_reserved_ports) -> [(low, high)]."""
+    text = str(text or "").strip()
+    if re.fullmatch(r"\d+\s+\d+", text):
+        low, high = (int(x) for x in text.split())
+        return [(low, high)]
+    spans = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            spans.append((int(low), int(high or low)))
+    return spans
+
+
+def _span_text(spans: list[tuple[int, int]]) -> str:
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in spans) or "none"
+
+
+def rollout8_port_range_problem(env: Mapping[str, Any], ephemeral: str, reserved: str, host: str) -> str:
+    """One line when HCCL_HOST_SOCKET_PORT_RANGE (the plan's env, from cluster.network.hccl_host_socket_port_range)
+    has ports inside the node's ephemeral range (net.ipv4.ip_local_port_range: the ports the kernel hands to any
+    outgoing connection) that net.ipv4.ip_local_reserved_ports does not reserve: a connection that took one makes
+    HCCL's bind fail at random. Names both ranges and the two fixes; "" when the range is unset, outside, or
+    reserved, and when the node's ranges could not be read (ephemeral empty)."""
+    wanted = _port_spans(str((env or {}).get("HCCL_HOST_SOCKET_PORT_RANGE") or ""))
+    eph = _port_spans(ephemeral)
+    if not wanted or not eph:
+        return ""
+    (low, high), (elow, ehigh) = wanted[0], eph[0]
+    inside = [(max(low, elow), min(high, ehigh))] if low <= ehigh and elow <= high else []
+    if not inside:
+        return ""
+    held = _port_spans(reserved)
+    free = [p for p in range(inside[0][0], inside[0][1] + 1) if not any(a <= p <= b for a, b in held)]
+    if not free:
+        return ""
+    size = high - low
+    above = (f"{ehigh + 1}-{ehigh + 1 + size}" if ehigh + 1 + size <= 65535 else
+             f"{max(1024, elow - 1 - size)}-{elow - 1}")
+    return (f"{host}: HCCL_HOST_SOCKET_PORT_RANGE {low}-{high} (cluster.network.hccl_host_socket_port_range) overlaps "
+            f"this node's ephemeral port range {elow}-{ehigh} (net.ipv4.ip_local_port_range), and "
+            f"{len(free)} of its ports are not reserved (net.ipv4.ip_local_reserved_ports: {_span_text(held)}): any "
+            f"outgoing connection can take one and HCCL's bind then fails at random. Move the range outside "
+            f"{elow}-{ehigh} (e.g. {above}), or reserve it on every node: sysctl -w "
+            f"net.ipv4.ip_local_reserved_ports={low}-{high} (and in /etc/sysctl.d/ to keep it after a reboot).")
+
+
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (rollout8_reach_peers, rollout8_unreachable, rollout8_mtu_spread,
-                                        rollout8_npu_version, rollout8_version_spread, rollout8_checkpoint_space)}
+                                        rollout8_npu_version, rollout8_version_spread, rollout8_checkpoint_space,
+                                        rollout8_port_range_problem)}

@@ -9,7 +9,8 @@ export VLLM_USE_V1=1
 export HF_HUB_OFFLINE=1
 export RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1
 export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True
-export HCCL_CONNECT_TIMEOUT=3000
+export HCCL_CONNECT_TIMEOUT=600
+export HCCL_HOST_SOCKET_PORT_RANGE=61000-61050
 exec python3 -m verl.trainer.main_ppo \
   algorithm.adv_estimator=grpo \
   data.train_files=/var/lib/rollout8/runs/qwen2.5-7b-int8-gsm8k/data/train.parquet \
