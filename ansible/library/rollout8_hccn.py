@@ -11,6 +11,11 @@ So every answer is parsed, and the verdict is read from the text, never from the
 - `checks: [local]`: for every device 0..devices-1, `hccn_tool -i N -link -g` must say `link status: UP`,
   `-net_health -g` must say `net health status: Success`, and `-ip -g` must give an `ipaddr:`. The devices' addresses
   are returned in `ips` (device i's at index i).
+- `checks: [local]` also reads each device's TLS switch (`hccn_tool -i N -tls -g`: `tls switch[0](0:disable,
+  1:enable)`), returned in `tls` ("enabled", "disabled", or "" where the driver gave no answer to read).
+- `checks: [tls]`: `tls_by_node` (node name -> its `tls`) must hold one state: HCCL cannot link a TLS-enabled device
+  with a disabled one, every ping passes and the link setup hangs. A mixed cluster fails naming each node's devices
+  in each state and the command that sets one. Devices without an answer are left out.
 - `checks: [ping]`: every rail: device i pings device i of every peer (`peers`: peer name -> its `ips`), and every
   ping must report all its packets received: any loss (a partial one too), a missing summary or a non-zero exit fails.
 
@@ -37,6 +42,7 @@ LINK = re.compile(r"link\s+status\s*:\s*(\S+)", re.I)
 HEALTH = re.compile(r"net\s+health\s+status\s*:\s*(.+)", re.I)
 IPADDR = re.compile(r"ipaddr\s*:\s*([0-9]{1,3}(?:\.[0-9]{1,3}){3})\b", re.I)
 NETMASK = re.compile(r"netmask\s*:\s*([0-9]{1,3}(?:\.[0-9]{1,3}){3})\b", re.I)
+TLS_SWITCH = re.compile(r"tls\s+switch\s*\[\s*([01])\s*\]", re.I)
 PING_SUMMARY = re.compile(r"(\d+)\s+packets?\s+transmitted\s*,\s*(\d+)\s+received\s*,\s*([0-9.]+)\s*%\s*packet\s+loss",
                           re.I)
 
@@ -85,6 +91,44 @@ def parse_ip(text):
     ip = IPADDR.search(text or "")
     mask = NETMASK.search(text or "")
     return (ip.group(1) if ip else ""), (mask.group(1) if mask else "")
+
+
+def parse_tls(text):
+    """`dev_id:0, tls switch[1](0:disable, 1:enable), ...` -> "enabled" ("disabled" for 0); "" when not said."""
+    match = TLS_SWITCH.search(text or "")
+    return ("enabled" if match.group(1) == "1" else "disabled") if match else ""
+
+
+def device_spans(devices):
+    """[0, 1, 2, 5] -> "devices 0-2, 5"; [3] -> "device 3"."""
+    devices = sorted(set(devices))
+    spans, start = [], None
+    for i, device in enumerate(devices):
+        if start is None:
+            start = device
+        if i + 1 == len(devices) or devices[i + 1] != device + 1:
+            spans.append(str(start) if start == device else "{}-{}".format(start, device))
+            start = None
+    return ("device " if len(devices) == 1 else "devices ") + ", ".join(spans)
+
+
+def tls_mixed(tls_by_node):
+    """One line when the devices of `tls_by_node` (node -> [state of device 0, 1, ...]) are not all in one TLS
+    state, naming every node's devices in each state; "" when they agree (unanswered devices left out)."""
+    where = {}
+    for node in sorted(tls_by_node):
+        for device, state in enumerate(tls_by_node[node] or []):
+            if state in ("enabled", "disabled"):
+                where.setdefault(state, {}).setdefault(node, []).append(device)
+    if len(where) < 2:
+        return ""
+    parts = ["{} on {}".format(state, ", ".join("{} {}".format(node, device_spans(devices))
+                                                for node, devices in sorted(where[state].items())))
+             for state in ("enabled", "disabled")]
+    return ("NPU TLS switch (hccn_tool -i N -tls -g) differs between devices: {}. HCCL cannot link a TLS-enabled "
+            "device with a disabled one: every ping passes and the link setup hangs. Set one state on every device "
+            "of every node, e.g. on each node: for i in $(seq 0 7); do hccn_tool -i $i -tls -s enable 0; "
+            "done".format("; ".join(parts)))
 
 
 def parse_ping(text):
@@ -154,7 +198,7 @@ def run(argv, timeout):
 
 def check_device(tool, device, timeout):
     """One device's link, health and address: (answer, problems)."""
-    answer = {"device": device, "link": "", "health": "", "ip": "", "netmask": ""}
+    answer = {"device": device, "link": "", "health": "", "ip": "", "netmask": "", "tls": ""}
     problems, read = [], []
     for flag, key in (("-link", "link"), ("-net_health", "health"), ("-ip", "ip")):
         rc, out, timed_out = run([tool, "-i", str(device), flag, "-g"], timeout)
@@ -169,6 +213,9 @@ def check_device(tool, device, timeout):
             answer["health"] = parse_health(out)
         else:
             answer["ip"], answer["netmask"] = parse_ip(out)
+    # the TLS switch: read where the driver answers (older ones know no -tls); tls_mixed judges it across nodes
+    rc, out, timed_out = run([tool, "-i", str(device), "-tls", "-g"], timeout)
+    answer["tls"] = parse_tls(out) if not timed_out else ""
     return answer, problems + device_problems(answer, read)
 
 
@@ -206,8 +253,9 @@ def main():
             "npu_smi": {"type": "str", "default": None},
             "hccn_tool": {"type": "str", "default": ""},
             "devices": {"type": "int", "default": 0},
-            "checks": {"type": "list", "elements": "str", "choices": ["local", "ping"], "default": []},
+            "checks": {"type": "list", "elements": "str", "choices": ["local", "ping", "tls"], "default": []},
             "peers": {"type": "dict", "default": {}},
+            "tls_by_node": {"type": "dict", "default": {}},
             "timeout": {"type": "int", "default": 30},
             "node": {"type": "str", "default": ""},
         },
@@ -235,8 +283,14 @@ def main():
                 problems.append((device, found))
         result["devices"] = answers
         result["ips"] = [answer["ip"] for answer in answers]
+        result["tls"] = [answer["tls"] for answer in answers]
         if problems:
             module.fail_json(msg=one_line(node, "NPU network (hccn_tool)", problems), **result)
+
+    if "tls" in p["checks"]:
+        mixed = tls_mixed(dict((str(name), list(states or [])) for name, states in (p["tls_by_node"] or {}).items()))
+        if mixed:
+            module.fail_json(msg=mixed, **result)
 
     if "ping" in p["checks"]:
         peers = dict((str(name), list(ips or [])) for name, ips in (p["peers"] or {}).items())

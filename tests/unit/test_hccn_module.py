@@ -49,6 +49,8 @@ PING_NONE = ("device {d} PING {a}\n"
              "recv time out seq=2\n"
              "3 packets transmitted, 0 received, 100.00% packet loss\n")
 PING_NO_SUMMARY = "device {d} PING {a}\nrecv seq=0,time=0.123000ms\n"
+# `hccn_tool -i N -tls -g`, as Huawei's HCCL troubleshooting page shows it (the switch: 0 disabled, 1 enabled)
+TLS = "dev_id:{d}, tls switch[{on}](0:disable, 1:enable), tls alarm time threshold[60]days\n"
 
 
 def test_link_health_and_address_are_read_from_the_documented_lines():
@@ -157,6 +159,7 @@ def node(tmp_path: Path, devices: int = 2, last: int = 101) -> Path:
         (d / "link").write_text(LINK_UP)
         (d / "net_health").write_text(HEALTH_OK)
         (d / "ip").write_text(IP_OK.format(n=last + device))
+        (d / "tls").write_text(TLS.format(d=device, on=0))
         (d / f"ping-192.168.100.{201 + device}").write_text(PING_OK.format(d=device, a=f"192.168.100.{201 + device}"))
     executable(tmp_path / "bin" / "hccn_tool", FAKE_HCCN_TOOL.format(answers=answers))
     executable(tmp_path / "bin" / "npu-smi")
@@ -179,12 +182,34 @@ def test_a_healthy_node_gives_its_devices_addresses_and_every_rails_ping(tmp_pat
     assert out["npu_smi"] == str(tmp_path / "bin" / "npu-smi") and out["hccn_tool"] == str(tmp_path / "bin/hccn_tool")
     assert out["ips"] == ["192.168.100.101", "192.168.100.102"]
     assert out["devices"][1] == {"device": 1, "link": "UP", "health": "Success", "ip": "192.168.100.102",
-                                 "netmask": "255.255.255.0"}
+                                 "netmask": "255.255.255.0", "tls": "disabled"}
+    assert out["tls"] == ["disabled", "disabled"]
     rc, out = run(tmp_path, devices=2, checks=["ping"], node="node-a",
                   peers={"node-b": ["192.168.100.201", "192.168.100.202"]}, _ansible_check_mode=True)
     assert rc == 0 and out["changed"] is False, out
     assert out["pings"][1] == {"device": 1, "pings": [{"peer": "node-b", "address": "192.168.100.202", "rc": 0,
                                                        "sent": 3, "received": 3, "loss_percent": 0.0}]}
+
+
+def test_the_tls_switch_is_read_and_a_driver_without_the_query_leaves_it_unknown(tmp_path):
+    assert hccn.parse_tls(TLS.format(d=3, on=1)) == "enabled" and hccn.parse_tls(TLS.format(d=3, on=0)) == "disabled"
+    assert hccn.parse_tls("") == "" and hccn.parse_tls("tls alarm time threshold[60]days\n") == ""
+    answers = node(tmp_path)
+    (answers / "1" / "tls").unlink()  # the fake exits 2 for a query it has no answer for, as an old driver would
+    rc, out = run(tmp_path, devices=2, checks=["local"], node="node-a")
+    assert rc == 0 and out["tls"] == ["disabled", ""], out
+
+
+def test_mixed_tls_states_are_refused_naming_every_node_and_device_in_each_state():
+    assert hccn.tls_mixed({"a": ["disabled"] * 8, "b": ["disabled"] * 8}) == ""
+    assert hccn.tls_mixed({"a": ["enabled", "", "enabled"], "b": ["", "enabled"]}) == ""  # unknowns left out
+    said = hccn.tls_mixed({"node-b": ["disabled", "disabled", "disabled", "enabled", "disabled"],
+                           "node-a": ["disabled"] * 5})
+    assert said == ("NPU TLS switch (hccn_tool -i N -tls -g) differs between devices: enabled on node-b device 3; "
+                    "disabled on node-a devices 0-4, node-b devices 0-2, 4. HCCL cannot link a TLS-enabled device "
+                    "with a disabled one: every ping passes and the link setup hangs. Set one state on every device "
+                    "of every node, e.g. on each node: for i in $(seq 0 7); do hccn_tool -i $i -tls -s enable 0; "
+                    "done")
 
 
 def test_a_link_down_with_exit_0_fails_naming_the_node_and_the_rail(tmp_path):
@@ -285,6 +310,12 @@ def test_npu_yml_checks_every_device_and_pings_every_rail_of_the_other_node(tmp_
     rc, out = play(tmp_path)
     assert rc == 0, out[-3000:]
     assert "ips 192.168.100.101,192.168.100.102" in out and "ips 192.168.100.201,192.168.100.202" in out
+    (answers["node-b"] / "1" / "tls").write_text(TLS.format(d=1, on=1))
+    rc, out = play(tmp_path)
+    assert rc != 0 and ("differs between devices: enabled on node-b device 1; disabled on node-a devices 0-1, "
+                        "node-b device 0.") in out, out[-3000:]
+    assert "TASK [preflight : Cross-node ping" not in out  # refused before the pings
+    (answers["node-b"] / "1" / "tls").write_text(TLS.format(d=1, on=0))
     (answers["node-b"] / "1" / "ping-192.168.100.102").write_text(PING_NONE.format(d=1, a="192.168.100.102"))
     rc, out = play(tmp_path)
     assert rc != 0
