@@ -800,6 +800,10 @@ def test_the_npu_acceptance_tag_fails_without_an_npu_and_says_so(shared_run):
     out = one_line(refused.output)
     assert refused.rc != 0 and f"no Ascend NPU on {simcluster.NODES[0]} (exit 3)" in out, out[-3000:]
     assert "accept-npu: CANN environment loaded: ASCEND_TOOLKIT_HOME=" in out, out[-3000:]
+    # as the container's user, in a directory it owns (the image's /opt/rollout8/accept is root's: refused there)
+    assert f"accept-npu: work directory /opt/rollout8/home/accept (uid {simcluster.NODE_UID})" in out, out[-3000:]
+    owner = on_node(simcluster.NODES[0], "stat", "-c", "%u", "/opt/rollout8/home/accept").stdout.strip()
+    assert owner == str(simcluster.NODE_UID)
 
 
 def test_without_the_entrypoint_in_front_of_docker_exec_the_probe_is_red_naming_cann(shared_run):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -635,3 +636,27 @@ def test_weight_sync_shows_the_parts_a_jobs_sync_lines_carry():
     assert step.details == ["parts (host-side; the device is synchronized at the sync's ends only): gather 0.50 s, "
                             "requant 1.25 s, load 2.00 s, postload 1.25 s"]
     assert accept_npu.check_weight_sync(timing, model="m", min_gbps=100).details == step.details  # FAIL keeps them
+
+
+def test_the_script_refuses_a_work_directory_its_user_cannot_write_before_the_npu_gate(tmp_path):
+    """accept-npu.sh runs as the training container's user: a work directory it cannot make (here under a file, which
+    refuses root too) is named, with the user and the knob, before the NPU gate (exit 2, not the gate's 3); a
+    writable one passes to the gate (here a stand-in python that exits 3, as the gate does without an NPU)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    gate = tmp_path / "python"
+    gate.write_text("#!/bin/sh\necho gate-reached >&2\nexit 3\n")
+    gate.chmod(0o755)
+    script = REPO / "scripts" / "accept-npu.sh"
+    results = {}
+    for name, work in (("blocked", blocker / "accept"), ("writable", tmp_path / "home" / "accept")):
+        env = dict(os.environ, ROLLOUT8_ACCEPT_WORK=str(work), ACCEPT_PYTHON=str(gate), HOME=str(tmp_path / "home"))
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env)
+        results[name] = (proc.returncode, proc.stderr)
+    rc, err = results["blocked"]
+    assert rc == 2 and "gate-reached" not in err, err
+    assert (f"accept-npu: the work directory {blocker / 'accept'} cannot be written by uid {os.getuid()} (gid "
+            f"{os.getgid()}), the user the suite runs as: set ROLLOUT8_ACCEPT_WORK (Ansible: "
+            "rollout8_accept_work)") in err
+    rc, err = results["writable"]
+    assert rc == 3 and "gate-reached" in err and (tmp_path / "home" / "accept").is_dir(), err
