@@ -120,8 +120,17 @@ base-digest: ## pull the lock's base image and write its digest into the lock (b
 versions-table: ## regenerate README.md's version table from the lock
 	$(LOCK_CLI) --update-readme README.md
 
+# The Atlas A2 nodes are aarch64 (Kunpeng 920): an image built for the build host's architecture on an x86_64 host
+# would be refused by the image role only after the build and the save. So without PLATFORM (or a ready STACK_IMAGE,
+# whose architecture decides) only an aarch64 host builds; an x86_64 one is told how.
+HOST_ARCH := $(shell uname -m)
+.PHONY: image-platform
+image-platform: ## refuse `make image` on a non-aarch64 build host without an explicit PLATFORM (the nodes are aarch64)
+	@$(if $(or $(PLATFORM),$(STACK_IMAGE),$(filter aarch64 arm64,$(HOST_ARCH))),true,\
+	  echo "make image: this build host is $(HOST_ARCH) and Atlas A2 nodes are aarch64 (Kunpeng 920): build on a Kunpeng host, or here with PLATFORM=linux/arm64 under QEMU emulation (as root: apt-get install qemu-user-static binfmt-support; slow, hours for the full stack); PLATFORM=linux/amd64 only if your nodes really are x86_64 (docs/image.md)" >&2; exit 2)
+
 .PHONY: image
-image: lock-check ## build the pinned image (BuildKit; CANN installers in docker/cann/ or BASE_IMAGE=...)
+image: image-platform lock-check ## build the pinned image for PLATFORM (BuildKit; CANN installers in docker/cann/ or BASE_IMAGE=...)
 	DOCKER_BUILDKIT=1 $(ENGINE) build -f docker/Dockerfile $(shell $(LOCK_CLI) --build-args) $(strip $(IMAGE_LABEL_ARGS) $(IMAGE_OPTS)) -t $(IMAGE) .
 
 .PHONY: image-save

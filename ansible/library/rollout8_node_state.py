@@ -3,7 +3,8 @@
 space of the filesystem that will hold `path` (its nearest existing ancestor) and its device number (two paths on
 one filesystem share it), the same of `checkpoint_path` when given (where verl's checkpoints land:
 `checkpoint_existing`, `checkpoint_free_bytes`, `checkpoint_device`), the size of /dev/shm, the node's clock,
-whether rsync is on PATH, and the Python running this module (`python`, `python_version`) with the version of its
+whether rsync is on PATH, the machine's architecture as the kernel names it (`machine`: aarch64 on a Kunpeng node),
+and the Python running this module (`python`, `python_version`) with the version of its
 `requests` library (`requests`, empty when it cannot be imported: the community.docker modules that load the image
 and start the training container need it in this same Python). Reads only; `changed` is always false.
 """
@@ -51,7 +52,8 @@ def main():
     shm = disk_usage("/dev/shm").total if os.path.isdir("/dev/shm") else 0
     module.exit_json(changed=False, path=path, existing=probe, free_bytes=disk_usage(probe).free, shm_bytes=shm,
                      device=os.stat(probe).st_dev, time=int(time.time()), rsync=which("rsync") or "",
-                     python=sys.executable, python_version=".".join(str(part) for part in sys.version_info[:3]),
+                     machine=os.uname()[4], python=sys.executable,
+                     python_version=".".join(str(part) for part in sys.version_info[:3]),
                      requests=requests_version(), **checkpoint)
 
 

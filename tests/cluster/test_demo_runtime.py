@@ -190,6 +190,9 @@ def test_a_port_dropped_between_two_nodes_is_refused_in_preflight_naming_both_an
     again = demo_play("--tags", "preflight")
     assert again.rc == 0, one_line(again.output)[-3000:]
     assert "TASK [preflight : Every node reaches every other on the job's ports]" in again.output
+    for node in simcluster.NODES:  # each node's architecture, as the image must match it
+        arch = on_node(node, "uname", "-m").stdout.strip()
+        assert f"{node}: preflight passed: {arch}, Python " in one_line(again.output), one_line(again.output)[-3000:]
 
 
 def test_a_node_whose_cluster_interface_has_another_mtu_is_refused_naming_each(demo_job):

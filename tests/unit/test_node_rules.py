@@ -163,6 +163,7 @@ def test_the_node_module_measures_the_checkpoint_filesystem_in_the_same_call(tmp
     assert abs(out["checkpoint_free_bytes"] - vfs.f_bavail * vfs.f_frsize) < GIB
     assert out["checkpoint_device"] == os.stat(tmp_path / "shared").st_dev and out["changed"] is False
     assert "checkpoint_free_bytes" not in run(path=str(tmp_path))  # not asked: not measured
+    assert out["machine"] == os.uname().machine  # preflight's summary names it (aarch64 on a Kunpeng node)
 
 
 # ---------------------------------------------------------------------------------------------------- reset
