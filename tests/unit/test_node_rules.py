@@ -20,11 +20,12 @@ from rollout8_preflight import (
     rollout8_npu_version,
     rollout8_port_range_problem,
     rollout8_reach_peers,
+    rollout8_runtime_problems,
     rollout8_unreachable,
     rollout8_version_spread,
 )
 from rollout8_reset import rollout8_reset_summary
-from rollout8_runtime import rollout8_npu_mounts
+from rollout8_runtime import rollout8_mount_label, rollout8_npu_mounts
 from rollout8_verify import rollout8_dead_hosts, rollout8_node_addresses
 
 HOSTS = ["a", "b", "c"]
@@ -264,3 +265,73 @@ def test_preflight_reads_this_machines_ephemeral_range_and_refuses_a_range_insid
     assert rc != 0 and said in out, out[-3000:]
     rc, out = results["outside"]
     assert rc == 0, out[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------ container runtime
+RUNTIME_OK = {"docker_init_name": "docker-init", "docker_init": "/usr/bin/docker-init", "docker_selinux": False,
+              "selinux": "Disabled"}
+
+
+def test_a_docker_without_its_init_binary_is_refused_naming_the_node_and_the_fix():
+    said = rollout8_runtime_problems({**RUNTIME_OK, "docker_init": ""}, "", "node-a")
+    assert said.startswith("node-a: Docker's init binary docker-init is not installed (not on PATH nor in Docker's "
+                           "libexec directories): the training container runs with --init"), said
+    assert "set the daemon's init-path in /etc/docker/daemon.json." in said
+
+
+def test_selinux_enforcing_is_refused_until_the_mount_label_is_chosen():
+    enforcing = {**RUNTIME_OK, "selinux": "Enforcing", "docker_selinux": True}
+    said = rollout8_runtime_problems(enforcing, "", "node-b")
+    assert said.startswith("node-b: SELinux is enforcing and Docker labels containers (selinux-enabled): the "
+                           "training container's bind mounts (deploy root, logs, its home, Ray's directory) are denied "
+                           "without a label. Set rollout8_container_mount_label: z"), said
+    assert "Docker does not label containers now" in rollout8_runtime_problems({**enforcing, "docker_selinux": False},
+                                                                                 "", "node-b")
+    for label in ("z", "none"):
+        assert rollout8_runtime_problems(enforcing, label, "node-b") == ""
+    both = rollout8_runtime_problems({**enforcing, "docker_init": ""}, "", "node-c")
+    assert both.count("node-c: ") == 1 and "docker-init is not installed" in both and "SELinux is enforcing" in both
+
+
+def test_a_permissive_or_disabled_selinux_and_an_unasked_node_pass():
+    for df in (RUNTIME_OK, {**RUNTIME_OK, "selinux": "Permissive"}, {"free_bytes": 1}):
+        assert rollout8_runtime_problems(df, "", "node-a") == "", df
+
+
+def test_the_z_label_goes_on_the_node_directories_mode_kept():
+    mounts = ["/var/lib/run:/var/lib/run", "/opt/rollout8/logs:/opt/rollout8/logs:ro"]
+    assert rollout8_mount_label(mounts, "z") == ["/var/lib/run:/var/lib/run:z",
+                                                 "/opt/rollout8/logs:/opt/rollout8/logs:ro,z"]
+    assert rollout8_mount_label(mounts, "") == mounts == rollout8_mount_label(mounts, "none")
+
+
+def test_the_node_module_reads_docker_init_docker_selinux_and_getenforce(tmp_path):
+    """rollout8_node_state with docker: true against a fake docker (its `info` answer) and a fake getenforce."""
+    module = Path(__file__).resolve().parents[2] / "ansible" / "library" / "rollout8_node_state.py"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+
+    def tool(name: str, text: str) -> None:
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+    def run() -> dict:
+        args = tmp_path / "args.json"
+        args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"path": str(tmp_path), "docker": True}}))
+        env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin")
+        proc = subprocess.run([sys.executable, str(module), str(args)], capture_output=True, text=True, timeout=60,
+                              env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    tool("docker", '#!/bin/sh\necho \'"rollout8-test-init" ["name=seccomp,profile=default","name=selinux"]\'\n')
+    tool("getenforce", "#!/bin/sh\necho Enforcing\n")
+    out = run()
+    assert out["docker_init_name"] == "rollout8-test-init" and out["docker_init"] == ""  # nowhere
+    assert out["docker_selinux"] is True and out["selinux"] == "Enforcing"
+    tool("rollout8-test-init", "#!/bin/sh\n")
+    tool("getenforce", "#!/bin/sh\necho Permissive\n")
+    out = run()
+    assert out["docker_init"] == str(bin_dir / "rollout8-test-init") and out["selinux"] == "Permissive"
+    tool("docker", "#!/bin/sh\nexit 1\n")  # no engine: nothing read, nothing refused for it
+    assert run()["docker_init_name"] == ""

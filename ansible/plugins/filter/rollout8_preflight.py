@@ -162,8 +162,33 @@ def rollout8_port_range_problem(env: Mapping[str, Any], ephemeral: str, reserved
             f"net.ipv4.ip_local_reserved_ports={low}-{high} (and in /etc/sysctl.d/ to keep it after a reboot).")
 
 
+def rollout8_runtime_problems(df: Mapping[str, Any], mount_label: str, host: str) -> str:
+    """One line naming what in the node's container runtime would stop the training container, from the node
+    module's docker_runtime reading (df): Docker's init binary missing (the container runs with --init), or SELinux
+    enforcing while rollout8_container_mount_label does not say how the bind mounts are labelled; "" when neither
+    (or when the node was not asked: no docker_init_name)."""
+    problems = []
+    name = str(df.get("docker_init_name") or "")
+    if "docker_init_name" in df and name and not df.get("docker_init"):
+        problems.append(
+            f"Docker's init binary {name} is not installed (not on PATH nor in Docker's libexec directories): the "
+            "training container runs with --init, which reaps Ray's processes, and would not start. Install it "
+            "(tini as docker-init: some distribution packages of Docker 18.09/20.10 leave it out), or set the "
+            "daemon's init-path in /etc/docker/daemon.json")
+    if str(df.get("selinux") or "") == "Enforcing" and not mount_label:
+        labels = ("Docker labels containers (selinux-enabled): the training container's bind mounts (deploy root, "
+                  "logs, its home, Ray's directory) are denied without a label" if df.get("docker_selinux") else
+                  "Docker does not label containers now (no selinux-enabled in its security options), which a change "
+                  "of its daemon.json would undo")
+        problems.append(
+            f"SELinux is enforcing and {labels}. Set rollout8_container_mount_label: z (Docker relabels the node's "
+            "own directories it mounts; the shared directory on NFS is not relabelled: it needs setsebool -P "
+            "virt_use_nfs 1), or none to mount them unlabelled on purpose")
+    return f"{host}: " + "; ".join(problems) + "." if problems else ""
+
+
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (rollout8_reach_peers, rollout8_unreachable, rollout8_mtu_spread,
                                         rollout8_npu_version, rollout8_version_spread, rollout8_checkpoint_space,
-                                        rollout8_port_range_problem)}
+                                        rollout8_port_range_problem, rollout8_runtime_problems)}
