@@ -347,6 +347,25 @@ def test_a_node_that_has_the_image_is_sent_nothing(demo_job):
     assert all(r["changed"] == 0 for r in run.recap().values()), run.recap()
 
 
+
+def test_the_image_play_alone_on_a_node_without_requests_installs_the_node_wheels_first(demo_job):
+    """`--tags image` on a node whose Python has no `requests` (w1 as it came, rollout8's node-python directory gone):
+    the image play runs preflight's node check first, which installs the controller's node wheels, instead of
+    failing in the Docker modules with a raw "Failed to import requests"."""
+    node = simcluster.OLD_PYTHON_NODE
+    image = simcluster.train_image()
+    image_id = subprocess.run([simcluster.BUILDER, "image", "inspect", "-f", "{{.Id}}", image], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    on_node(node, "mv", "/opt/rollout8/node-python", "/opt/rollout8/node-python.aside")
+    try:
+        run = demo_play("-e", f"rollout8_image={image}", "-e", f"rollout8_image_id={image_id}", "--tags", "image")
+        out = one_line(run.output)
+        assert run.rc == 0 and "Failed to import" not in out, out[-3000:]
+        assert f"{node}: Python 3.9" in out and "had no `requests`: installed" in out, out[-3000:]
+    finally:
+        on_node(node, "sh", "-c", "[ -d /opt/rollout8/node-python ] && rm -rf /opt/rollout8/node-python.aside || "
+                                  "mv /opt/rollout8/node-python.aside /opt/rollout8/node-python")
+
 def saved_image(directory, tag: str, content: str):
     """A one-file image TAG (its file says content) on this machine, saved by make image-save's script as
     DIRECTORY/<name>.tar (and .json, .sha256 beside it), name being the tag's repository's last part."""
