@@ -135,12 +135,10 @@ class NetworkSpec(_Strict):
     hccl_exec_timeout: int | None = Field(None, ge=1, description="HCCL_EXEC_TIMEOUT in seconds (unset: CANN default).")
     hccl_buffsize: int | None = Field(None, ge=1, description="HCCL_BUFFSIZE in MB (unset: CANN default).")
     hccl_host_socket_port_range: str | None = Field(
-        "61000-61050", description="HCCL_HOST_SOCKET_PORT_RANGE: the host ports HCCL binds. The default lies above "
-                                   "Linux's default ephemeral range (32768-60999), where CANN's own (60000-60015) "
-                                   "lies: a port the kernel gave to an outgoing connection makes HCCL's bind fail at "
-                                   "random. Preflight refuses a range inside the node's ephemeral range unless "
-                                   "net.ipv4.ip_local_reserved_ports reserves it. Open it in the firewall; null: "
-                                   "CANN's default.")
+        "61000-61050", description="HCCL_HOST_SOCKET_PORT_RANGE: the host ports HCCL binds, above Linux's default "
+        "ephemeral range (32768-60999), where CANN's own (60000-60015) lies: a port the kernel gave to an outgoing "
+        "connection makes HCCL's bind fail at random. Preflight refuses a range inside the node's ephemeral range "
+        "unless net.ipv4.ip_local_reserved_ports reserves it. Open it in the firewall; null: CANN's default.")
     hccl_npu_socket_port_range: str | None = Field(
         None, description="HCCL_NPU_SOCKET_PORT_RANGE, e.g. 61000-61050: ports on the NPUs' own network stack, not "
                           "the host's.")
