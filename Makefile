@@ -35,7 +35,8 @@ sysdeps: ## install the system packages the demo and tests need (Debian/Ubuntu, 
 
 # ---------------------------------------------------------------- quality
 .PHONY: lint
-lint: venv ci-examples-check lint-node ## ruff, yamllint, hadolint, the sample CI pipelines, ansible-lint, ansible-playbook --syntax-check
+lint: venv ci-examples-check lint-node ## ruff, yamllint, hadolint, the sample CI pipelines, ansible-lint, ansible-playbook --syntax-check, lock-check (CI's one run of it)
+	$(MAKE) --no-print-directory lock-check PYTHON=$(PY)
 	$(VENV)/bin/ruff check src tests scripts bench virtual ansible/library ansible/plugins
 	$(VENV)/bin/yamllint -s .
 	$(VENV)/bin/hadolint --config docker/.hadolint.yaml docker/Dockerfile*
@@ -104,9 +105,13 @@ IMAGE_LABEL_ARGS = --build-arg=ROLLOUT8_VERSION=$(shell $(LOCK_CLI) --get versio
   --build-arg=ROLLOUT8_CREATED=$(or $(shell git log -1 --format=%cI 2>/dev/null),unknown)
 IMAGE_TEST_FLAGS ?=
 
+# --check-wheels asks the index (PyPI's JSON API; ROLLOUT8_INDEX_URL or PIP_INDEX_URL=<mirror>/simple, TORCH_INDEX_URL,
+# CA_BUNDLE or SSL_CERT_FILE); its answers are cached in .cache/index-json, so only the first run waits on it. `make
+# image` runs the offline part only (the demo and the tests build images; CI runs the whole check once, in `make lint`).
 .PHONY: lock-check
-lock-check: ## validate versions.lock.yaml (full commit ids, exact versions, sha256 slots)
+lock-check: ## validate versions.lock.yaml (full commit ids, exact versions, sha256 slots), then prove every line of docker/requirements/*-{aarch64,x86_64}.txt and every PyPI pin has a file pip installs on CPython 3.10 manylinux of that arch (asks the index once)
 	$(LOCK_CLI) --check
+	$(if $(CA_BUNDLE),SSL_CERT_FILE=$(CA_BUNDLE) )$(LOCK_CLI) --check-wheels
 
 .PHONY: python-lock
 python-lock: venv ## regenerate the hashed Python lock docker/requirements/<layer>-<arch>.txt (uv; a connected machine)
@@ -130,7 +135,8 @@ image-platform: ## refuse `make image` on a non-aarch64 build host without an ex
 	  echo "make image: this build host is $(HOST_ARCH) and Atlas A2 nodes are aarch64 (Kunpeng 920): build on a Kunpeng host, or here with PLATFORM=linux/arm64 under QEMU emulation (as root: apt-get install qemu-user-static binfmt-support; slow, hours for the full stack); PLATFORM=linux/amd64 only if your nodes really are x86_64 (docs/image.md)" >&2; exit 2)
 
 .PHONY: image
-image: image-platform lock-check ## build the pinned image for PLATFORM (BuildKit; CANN installers in docker/cann/ or BASE_IMAGE=...)
+image: image-platform ## build the pinned image for PLATFORM (BuildKit; CANN installers in docker/cann/ or BASE_IMAGE=...); run `make lock-check` before a long build
+	$(LOCK_CLI) --check
 	DOCKER_BUILDKIT=1 $(ENGINE) build -f docker/Dockerfile $(shell $(LOCK_CLI) --build-args) $(strip $(IMAGE_LABEL_ARGS) $(IMAGE_OPTS)) -t $(IMAGE) .
 
 .PHONY: image-save

@@ -11,6 +11,11 @@ class LockError(Rollout8Error):
     """The version lock is malformed or disagrees with a file that must follow it."""
 
 
+class IndexUnreachable(Rollout8Error):
+    """A package index could not be asked (network, proxy, TLS trust, an index without the API asked for): the
+    message names the index and what to set."""
+
+
 class SpecError(Rollout8Error):
     """A run spec (configs/runs/*.yaml) is invalid; the message names the field."""
 

@@ -15,7 +15,7 @@ a current one without a resolver or a network.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import LockError
@@ -124,20 +124,27 @@ class Entry:
     name: str  # normalized
     version: str
     hashes: tuple[str, ...]
+    line: int = field(default=0, compare=False)  # where its name==version line is in the file (1-based)
 
 
 def parse_layer(path: Path) -> list[Entry]:
-    """name==version entries of a layer file with their --hash values (continuation lines joined)."""
-    text = _text(path).replace("\\\n", " ")
-    out = []
-    for line in text.splitlines():
+    """name==version entries of a layer file with their --hash values (continuation lines joined), each with the
+    number of the line its name==version is on."""
+    out, logical, start = [], "", 0
+    for number, raw in enumerate([*_text(path).splitlines(), ""], 1):
+        if not logical:
+            start = number
+        if raw.endswith("\\"):
+            logical += raw[:-1] + " "
+            continue
+        line, logical = logical + raw, ""
         if line.lstrip().startswith("#") or not line.strip():
             continue
         match = LINE.match(line.strip())
         if not match:
             raise LockError(f"{path}: not a name==version line: {line.strip()[:80]!r}")
         hashes = tuple(re.findall(r"--hash=sha256:([0-9a-f]{64})", line))
-        out.append(Entry(normalize(match.group(1)), match.group(2), hashes))
+        out.append(Entry(normalize(match.group(1)), match.group(2), hashes, start))
     return out
 
 

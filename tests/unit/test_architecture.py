@@ -15,7 +15,7 @@ PKG = REPO / "src" / "rollout8"
 # Layer of each top-level part of the package; a module may import only from its own layer or lower ones.
 LAYERS = {
     "errors": 0, "findings": 0, "paths": 0, "fileutil": 0, "overlap": 0, "lock": 0, "pylock": 0, "peak_memory": 0,
-    "yamlio": 0, "models": 0,
+    "yamlio": 0, "models": 0, "pyindex": 0, "wheelcheck": 0,
     "quant": 1, "results": 1,
     "runspec": 2,
     "node": 3,

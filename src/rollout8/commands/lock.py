@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fmt.add_argument("--check", action="store_true",
                      help="validate, check the hashed Python lock (docker/requirements/) is current and hashed, and "
                           "report what is still unpinned (exit 1 on a problem, not on what is reported)")
+    fmt.add_argument("--check-wheels", action="store_true",
+                     help="prove every line of docker/requirements/*-<arch>.txt and every PyPI pin has a file on the "
+                          "index that pip installs on the lock's CPython, manylinux, for aarch64 and x86_64 (PyPI JSON "
+                          "API, or ROLLOUT8_INDEX_URL / PIP_INDEX_URL=<base>/simple; CA bundle from SSL_CERT_FILE; "
+                          "answers cached in .cache/index-json); exit 1 naming each line that has none")
     fmt.add_argument("--set-base-digest", metavar="DIGEST",
                      help="write base_image.digest (sha256:...) into the lock file (make base-digest)")
     fmt.add_argument("--cann-files", metavar="DIR", type=Path, nargs="?", const=Path("docker/cann"),
@@ -86,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
         if problems:
             raise LockError(f"{path}: {len(problems)} problem(s) with the hashed Python lock (see above)")
         print(f"{path}: valid (digest {lock.digest()[:12]})")
+    elif args.check_wheels:
+        from .. import wheelcheck  # urllib, ssl, threads: only for this check
+
+        wheelcheck.check(lock, args.lock or lock_path())
     else:
         print(format_table(lock))
     return 0
