@@ -10,15 +10,15 @@ if [ -z "${ACCEPT_PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then ACCEPT_PYTHON=.venv/bin/python; else ACCEPT_PYTHON=python3; fi
 fi
 # The work directory first: the suite runs as the training container's user, and a directory that user cannot
-# write (the image's /opt/rollout8 is root's) would fail every step after the NPU gate.
-work=${ROLLOUT8_ACCEPT_WORK:-${HOME:-/nonexistent}/.cache/rollout8/accept}
-if ! mkdir -p "$work" 2>/dev/null || ! [ -w "$work" ] || ! [ -x "$work" ]; then
+# write (the image's /opt/rollout8 is root's) would fail every step after the NPU gate. (No HOME and no
+# ROLLOUT8_ACCEPT_WORK: the suite's own default, from the user's passwd entry, is judged by it.)
+work=${ROLLOUT8_ACCEPT_WORK:-${HOME:+$HOME/.cache/rollout8/accept}}
+if [ -n "$work" ] && { ! mkdir -p "$work" 2>/dev/null || ! [ -w "$work" ] || ! [ -x "$work" ]; }; then
   echo "accept-npu: the work directory $work cannot be written by uid $(id -u) (gid $(id -g)), the user the suite" \
     "runs as: set ROLLOUT8_ACCEPT_WORK (Ansible: rollout8_accept_work) to a directory that user owns, for example" \
     "under its home (${HOME:-unset})" >&2
   exit 2
 fi
-echo "accept-npu: work directory $work (uid $(id -u))" >&2
 "$ACCEPT_PYTHON" -m rollout8.node.accept_npu || exit $?
 # What the suite imports (its helpers, tests/npu, and the engine harness, virtual/engine): pytest's `pythonpath` in a
 # checkout, this in the image, whose /opt/rollout8 has no pyproject.toml.

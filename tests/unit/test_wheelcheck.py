@@ -318,8 +318,26 @@ def test_an_unreachable_index_is_one_line_naming_it_and_what_to_set(lock_tree, c
     message = str(outcome)
     assert "\n" not in message
     assert message.startswith("cannot ask the package index https://pypi.org: [Errno -2] Name or service not known")
-    assert "ROLLOUT8_INDEX_URL" in message and "TORCH_INDEX_URL" in message
+    assert "ROLLOUT8_INDEX_URL" in message
     assert "not checked" in out and fail_lines(out) == []
+
+
+def test_only_the_torch_index_out_of_reach_leaves_the_x86_64_torch_pins_named_as_not_checked(lock_tree, index,
+                                                                                             capsys):
+    """The torch index serves only the x86_64 torch pins (an aarch64 image takes torch from PyPI): out of reach
+    (as download.pytorch.org is from a machine that reaches only PyPI), the check stands on everything else."""
+    def torch_down(url):
+        if url.startswith(TORCH):
+            raise FetchFailed(url, "[Errno -2] Name or service not known (3 attempts, 20 s timeout each)")
+        return index(url)
+
+    index.add("pure", "3.0", "pure-3.0-py3-none-any.whl")
+    write_layer(lock_tree, "aarch64", ("pure", "3.0", ["pure-3.0-py3-none-any.whl"]))
+    out, outcome, said = run(lock_tree, torch_down, capsys)
+    err = "\n".join(said)
+    assert outcome is None and fail_lines(out) == [], (outcome, out)
+    assert "not checked: the x86_64 torch pins (cannot ask the package index https://download.pytorch.org" in err
+    assert "TORCH_INDEX_URL" in err
 
 
 def test_an_index_without_the_json_api_is_not_every_version_missing(lock_tree, index, capsys):
