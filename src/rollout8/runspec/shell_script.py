@@ -1,12 +1,16 @@
 """Read a verl launch script (bash) without running it: its exported environment and its training command.
 
-A small, static subset of bash is understood: `export VAR=value` and `VAR=value`, quoting, `$VAR`, `${VAR}`,
-`${VAR:-default}`, `${VAR:=default}` (and their forms without ':'), comments, backslash continuations, a config
-script the launcher `source`s, `.`s or runs with `bash`/`sh` (read in turn, its path relative to the launcher's
-directory), and one `python3 -m verl.trainer.main_ppo ...` (plain, or behind `ray job submit ... --`) with its
-`2>&1 | tee LOG` suffix. Nothing is executed or evaluated. Every other line (control flow, command substitution,
-functions, unknown commands) is kept out and listed with its file, line and why: the reader never guesses what
-a dynamic line would have done. The script is read as run with no arguments: $1, $@ are empty.
+The words of each line are bash's own (shell_words: quoting, every parameter expansion, arithmetic, arrays; its
+docstring has the table of what is read and what is named). This module reads the lines: `VAR=value`,
+`export VAR=value`, `unset`, `a=(...)`, a config script the launcher `source`s, `.`s or runs with `bash`/`sh`
+(read in turn, its path relative to the launcher's directory; a missing one is named), `if`/`elif`/`else`/`fi`
+and `case ... esac` whose tests the script or the given environment (`--env`, `--env-file`) decides
+(shell_control: `[ ]`, `[[ ]]`, `test`, `&&`, `||`; only the branch taken is read), `[ ... ] && X=...`, and one
+`python3 -m verl.trainer.main_ppo ...` (plain, or behind `ray job submit ... --`) with its `2>&1 | tee LOG`
+suffix. Nothing is executed or evaluated by a shell. Every other line (a test on the nodes' files or a command's
+result, loops, functions, `$(...)`, unknown commands) is kept out and listed with its file, line and why: the
+reader never guesses what a dynamic line would have done. The script is read as run with no arguments ($1, $@
+empty) and in the environment given, nothing else: rollout8's own $HOME is never read.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..yamlio import load_json, read_text
-from .shell_words import ASSIGNMENT, NAME, Dynamic, Shell, Tokenizer, logical_lines
+from . import shell_control
+from .shell_control import ELSE, Node, Undecided
+from .shell_expand import glob_regex, split_unquoted
+from .shell_words import NAME, Assign, Dynamic, Shell, Tokenizer, logical_lines
 
 MAX_SCRIPT_BYTES = 1_000_000
 TRAINER_MODULE = "verl.trainer.main_ppo"
-OPENERS = {"if": "if", "for": "for", "while": "while", "until": "until", "case": "case", "select": "select"}
-CLOSERS = {"fi", "done", "esac"}
+TESTS = {"[", "[[", "test", "true", "false", "!"}
+SFT_MODULES = ("verl.trainer.fsdp_sft_trainer", "verl.trainer.sft_trainer")
 # Commands with no effect on the run: skipped and listed as such, without failing the import.
 HARMLESS = {"set": "shell options", "echo": "prints only", "printf": "prints only", "true": "does nothing",
             ":": "does nothing", "wait": "waits only", "sleep": "waits only"}
@@ -40,6 +47,7 @@ OWNED_COMMANDS = {
     "ulimit": "the node's limits are the ray role's",
 }
 SET_ENV = "set_env.sh"
+GIVEN = "--env:0"  # where a variable given with --env / --env-file was set
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,8 @@ class Reading:
     command: Command | None = None
     dropped: list[Dropped] = field(default_factory=list)
     unresolved: list[Dropped] = field(default_factory=list)  # $VAR the script never sets, kept as written
+    launches: list[Dropped] = field(default_factory=list)  # other launches seen (torchrun, SFT): reason = what
+    ray_helpers: list[Dropped] = field(default_factory=list)  # ray start / ray stop lines
 
     @property
     def failures(self) -> list[Dropped]:
@@ -78,12 +88,14 @@ class Reading:
 
 # ---------------------------------------------------------------------------------------------- commands
 class ScriptReader:
-    def __init__(self, script: Path) -> None:
+    def __init__(self, script: Path, env: dict[str, str] | None = None) -> None:
         self.reading = Reading(script.absolute())
         self.base = script.absolute().parent
+        self.env = dict(env or {})
 
     def read(self) -> Reading:
-        self._read_file(self.reading.script, Shell({}, []), depth=0)
+        shell = Shell(dict(self.env), list(self.env), dict.fromkeys(self.env, GIVEN))
+        self._read_file(self.reading.script, shell, depth=0)
         return self.reading
 
     def _drop(self, file: Path, line: int, text: str, reason: str, harmless: bool = False) -> None:
@@ -94,34 +106,72 @@ class ScriptReader:
             raise SpecError(f"{path}: scripts source each other more than 8 deep (a loop?); import the inner one")
         self.reading.files.append(path)
         text = read_text(path, what="shell script", max_bytes=MAX_SCRIPT_BYTES)
-        lines = logical_lines(text)
-        index = 0
-        while index < len(lines):
-            number, line = lines[index]
-            index += 1
-            first = line.split(None, 1)[0] if line.split() else ""
-            if not first or first.startswith("#"):
-                continue
-            opener = OPENERS.get(first.rstrip(";"))
-            function = re.match(r"\s*(function\s+\w+|\w+\s*\(\s*\))", line)
-            if opener or function:
-                index = self._skip_block(path, lines, index - 1, f"a {opener} block" if opener else "a function")
-                continue
-            self._line(path, number, line, shell, depth)
+        try:
+            nodes = shell_control.parse(shell_control.commands(logical_lines(text)))
+        except Dynamic as exc:
+            self._drop(path, 1, path.name, f"dynamic shell: {exc} (the script is not read)")
+            return
+        self._nodes(path, nodes, shell, depth)
 
-    def _skip_block(self, path: Path, lines: list[tuple[int, str]], index: int, what: str) -> int:
-        depth, start = 0, lines[index][0]
-        for position in range(index, len(lines)):
-            words = re.findall(r"[^\s;&|()]+|[{}]", re.sub(r"#.*", "", lines[position][1]))
-            depth += sum(w in OPENERS or w == "{" for w in words) - sum(w in CLOSERS or w == "}" for w in words)
-            if depth <= 0:
-                end = lines[position][0]
-                span = f"line {start}" if end == start else f"lines {start}-{end}"
-                self._drop(path, start, lines[index][1], f"dynamic shell: {what} ({span}; its effect depends on "
+    def _nodes(self, path: Path, nodes: list[Node], shell: Shell, depth: int) -> None:
+        for node in nodes:
+            span = f"line {node.line}" if node.end in (0, node.line) else f"lines {node.line}-{node.end}"
+            if node.kind == "command":
+                self._line(path, node.line, node.text, shell, depth)
+            elif not node.closed:
+                self._drop(path, node.line, node.text, f"dynamic shell: a {node.kind} block without its end "
+                           "(read to the end of file)")
+            elif node.kind == "block":
+                what = shell_control.first_word(node.text)
+                what = f"a {what} block" if what in shell_control.OPENERS else "a function"
+                self._drop(path, node.line, node.text, f"dynamic shell: {what} ({span}; its effect depends on "
                            "running it: write what it sets into the spec by hand)")
-                return position + 1
-        self._drop(path, start, lines[index][1], f"dynamic shell: {what} without its end (read to the end of file)")
-        return len(lines)
+            else:
+                self._branch(path, node, span, shell, depth)
+
+    def _branch(self, path: Path, node: Node, span: str, shell: Shell, depth: int) -> None:
+        """The branch of an if or a case that the script or the given environment decides; none if undecided."""
+        try:
+            if node.kind == "case":
+                names: list[str] = []
+                tok = Tokenizer(node.text, shell, names)
+                word = tok.joined(tok.word_pieces(node.text, quoted=False))
+                if names:
+                    raise Undecided(f"${names[0]}, which is not set (give it with --env)")
+            for line, test, body in node.branches:
+                if node.kind == "if":
+                    taken = test == ELSE or self._condition(test, shell)
+                else:
+                    taken = any(re.fullmatch(glob_regex(tok.word_pieces(p, quoted=False, pattern=True)), word,
+                                             re.DOTALL) for p in _alternatives(test))
+                if taken:
+                    self._drop(path, line, test, f"read: the {node.kind} at line {node.line} takes the branch of "
+                               f"line {line}", harmless=True)
+                    self._nodes(path, body, shell, depth)
+                    return
+        except (Undecided, Dynamic) as exc:
+            self._drop(path, node.line, node.text, f"not decided: the {node.kind} ({span}) depends on {exc}; none "
+                       "of its branches is read: give what it tests with --env, or write the branch's values into "
+                       "the spec")
+            for name in shell_control.assigned_names([node]):
+                shell.unset(name)
+
+    def _condition(self, text: str, shell: Shell) -> bool:
+        names: list[str] = []
+        tokens = Tokenizer(text, shell, names).tokens()
+        if names:
+            raise Undecided(f"${names[0]}, which is not set (give it with --env)")
+        elements: list[list[str]] = [[]]
+        operators: list[str] = []
+        for kind, value in tokens:
+            if kind == "op" and value in ("&&", "||"):
+                elements.append([])
+                operators.append(str(value))
+            elif kind == "word":
+                elements[-1].append(str(value))
+            elif kind != "redir":
+                raise Undecided(f"the condition {text!r}")
+        return shell_control.and_or(elements, operators)
 
     def _line(self, path: Path, number: int, line: str, shell: Shell, depth: int) -> None:
         names: list[str] = []
@@ -141,67 +191,99 @@ class ScriptReader:
         for name in dict.fromkeys(names):
             self.reading.unresolved.append(Dropped(path, number, line.strip()[:160], f"${name} is not set in the "
                                                    f"script; left as ${name}: write its value on the nodes"))
-        pipeline: list[list[str]] = [[]]
+        # an and-or list: a test decides whether what follows it runs; any other command is read as succeeding
+        lists: list[list[tuple[str, object]]] = [[]]
+        operators: list[str] = []
+        for kind, value in tokens:
+            if kind == "op" and value in ("&&", "||"):
+                lists.append([])
+                operators.append(str(value))
+            else:
+                lists[-1].append((kind, value))
+        status = True
+        for position, part in enumerate(lists):
+            if position and (operators[position - 1] == "&&") != status:
+                continue
+            words = [v for k, v in part if k == "word"]
+            if words and words[0] in TESTS and not any(k == "assign" for k, _ in part):
+                try:
+                    if names:
+                        raise Undecided(f"${names[0]}, which is not set (give it with --env)")
+                    status = shell_control.command_truth([str(w) for w in words])
+                except Undecided as exc:
+                    self._drop(path, number, line, f"not decided: {exc}; what it guards is not read")
+                    self._forget_assigned(line, shell)
+                    return
+                continue
+            if position + 1 < len(lists) and operators[position] == "||":
+                self._drop(path, number, line, "dynamic shell: the operator || after a command (whether it "
+                           "fails needs running it)")
+                return
+            if not self._pipeline(path, number, line, part, shell, depth):
+                return
+            status = True
+
+    def _forget_assigned(self, line: str, shell: Shell) -> None:
+        """A dropped assignment's variable is unknown from here on (its references stay as written)."""
+        for match in re.finditer(r"(?:^|\s)(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\+?=", line):
+            shell.unset(match.group(1))
+
+    def _pipeline(self, path: Path, number: int, line: str, tokens: list[tuple[str, object]], shell: Shell,
+                  depth: int) -> bool:
+        pipeline: list[list[str | Assign]] = [[]]
         for kind, value in tokens:
             if kind == "op":
                 if value in ("|", "|&") and pipeline[-1]:
                     pipeline.append([])
                     continue
-                if value in (";", "&&") and pipeline[-1]:
-                    self._pipeline(path, number, line, pipeline, shell, depth)
-                    pipeline = [[]]
-                    continue
                 self._drop(path, number, line, f"dynamic shell: the operator {value}")
-                return
-            if kind == "word":
-                pipeline[-1].append(value)
-        self._pipeline(path, number, line, pipeline, shell, depth)
-
-    def _forget_assigned(self, line: str, shell: Shell) -> None:
-        """A dropped assignment's variable is unknown from here on (its references stay as written)."""
-        for match in re.finditer(r"(?:^|\s)(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", line):
-            shell.variables.pop(match.group(1), None)
-
-    def _pipeline(self, path: Path, number: int, line: str, pipeline: list[list[str]], shell: Shell,
-                  depth: int) -> None:
+                return False
+            if kind in ("word", "assign"):
+                pipeline[-1].append(value)  # type: ignore[arg-type]
         head, rest = pipeline[0], pipeline[1:]
         for segment in rest:
             if segment[:1] != ["tee"]:
                 self._drop(path, number, line, f"a pipe into {segment[0] if segment else '?'} (only `| tee LOG` "
                            "is understood)")
-                return
+                return False
         if head:
             self._simple(path, number, line, head, shell, depth)
+        return True
 
-    def _simple(self, path: Path, number: int, line: str, words: list[str], shell: Shell, depth: int) -> None:
+    def _simple(self, path: Path, number: int, line: str, items: list[str | Assign], shell: Shell,
+                depth: int) -> None:
         prefix: dict[str, str] = {}
-        while words and ASSIGNMENT.fullmatch(words[0]) and words[0].split("=", 1)[0].isidentifier():
-            name, value = words[0].split("=", 1)
-            prefix[name] = value
-            words = words[1:]
-        if not words:  # VAR=value: a shell variable (exported if it was before)
-            shell.variables.update(prefix)
-            shell.where.update(dict.fromkeys(prefix, f"{path}:{number}"))
+        assigns = [item for item in items if isinstance(item, Assign)]
+        words = [str(item) for item in items if not isinstance(item, Assign)]
+        if not words:  # VAR=value, a=(...): a shell variable (exported if it was before)
+            for item in assigns:
+                if isinstance(item.value, list):
+                    shell.set_array(item.name, item.value, item.append)
+                else:
+                    shell.set(item.name, (shell.get(item.name) or "") + item.value if item.append else item.value)
+                shell.where[item.name] = f"{path}:{number}"
             return
+        prefix = {item.name: item.value for item in assigns if isinstance(item.value, str)}
         command = words[0]
-        if command == "export":
+        if command in ("export", "declare", "typeset", "local", "readonly"):
+            flags = "".join(w[1:] for w in words[1:] if w.startswith("-"))
             for word in words[1:]:
                 if word.startswith("-"):
                     continue
                 name, has_value, value = word.partition("=")
                 if not NAME.fullmatch(name):
-                    self._drop(path, number, line, f"export of {name!r}, not a variable name")
+                    self._drop(path, number, line, f"{command} of {name!r}, not a variable name")
                     continue
                 if has_value:
-                    shell.variables[name] = value
+                    shell.set(name, value)
                     shell.where[name] = f"{path}:{number}"
-                shell.export(name)
+                if command == "export" and "n" not in flags or "x" in flags:
+                    shell.export(name)
             return
         if command == "unset":
             for name in words[1:]:
-                shell.variables.pop(name, None)
-                if name in shell.exported:
-                    shell.exported.remove(name)
+                if not name.startswith("-"):
+                    shell.unset(name)
             return
         if command in ("source", ".", "bash", "sh"):
             self._nested(path, number, line, words, shell, depth, child=command in ("bash", "sh"))
@@ -209,6 +291,12 @@ class ScriptReader:
         if command in ("python", "python3") or words[:3] == ["ray", "job", "submit"]:
             self._training(path, number, line, words, shell, prefix)
             return
+        if command in ("torchrun", "deepspeed", "accelerate"):
+            module = words[words.index("-m") + 1] if "-m" in words[:-1] else ""
+            what = f"an SFT launch ({command} -m {module})" if "sft" in module.lower() else f"a {command} launch"
+            self.reading.launches.append(Dropped(path, number, line.strip()[:160], what))
+        if words[:2] in (["ray", "start"], ["ray", "stop"]):
+            self.reading.ray_helpers.append(Dropped(path, number, line.strip()[:160], " ".join(words[:2])))
         if command in HARMLESS:
             self._drop(path, number, line, f"skipped: {command} {HARMLESS[command]}", harmless=True)
             return
@@ -240,7 +328,8 @@ class ScriptReader:
 
     def _training(self, path: Path, number: int, line: str, words: list[str], shell: Shell,
                   prefix: dict[str, str]) -> None:
-        env = shell.environment()
+        # what the user gave (--env) is the nodes' environment, not the script's: only what the script sets is carried
+        env = {name: value for name, value in shell.environment().items() if shell.where.get(name) != GIVEN}
         env.update(prefix)
         if words[0] == "ray":
             if "--" not in words:
@@ -250,6 +339,10 @@ class ScriptReader:
             if not self._job_options(path, number, line, options, env):
                 return
         if words[:3] not in ([w, "-m", TRAINER_MODULE] for w in ("python", "python3")):
+            module = words[2] if words[1:2] == ["-m"] and len(words) > 2 else " ".join(words[:2])
+            what = "an SFT launch" if module.startswith(SFT_MODULES) or "sft" in module.lower() else "a launch"
+            self.reading.launches.append(Dropped(path, number, line.strip()[:160], f"{what} ({words[0]} -m "
+                                                 f"{module})" if words[1:2] == ["-m"] else f"{what} ({module})"))
             self._drop(path, number, line, f"a command rollout8 does not model: {' '.join(words[:3])} (rollout8 "
                        f"runs `python3 -m {TRAINER_MODULE}`)")
             return
@@ -298,9 +391,48 @@ class ScriptReader:
         return True
 
 
-def read_script(script: str | Path) -> Reading:
-    """The script's training command, environment and every line not carried (SpecError if unreadable)."""
+def _alternatives(patterns: str) -> list[str]:
+    """The patterns of a case item, split at their unquoted `|`."""
+    out, rest = [], patterns
+    while rest is not None:
+        head, rest = split_unquoted(rest, "|")
+        out.append(head.strip())
+    return out
+
+
+def read_script(script: str | Path, env: dict[str, str] | None = None) -> Reading:
+    """The script's training command, environment and every line not carried (SpecError if unreadable); `env`
+    is the environment it is read in (exported variables), nothing else."""
     path = Path(script)
     if not path.is_file():
         raise SpecError(f"{path}: no such script; give the launch script (bash)")
-    return ScriptReader(path).read()
+    return ScriptReader(path, env).read()
+
+
+def read_env_file(path: str | Path) -> dict[str, str]:
+    """KEY=VALUE lines as a user exports them (`export ` allowed, shell quoting, `#` comments, `$KEY` of an earlier
+    line), read as bash reads them; anything else is refused naming its line."""
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"{file}: no such environment file (--env-file: KEY=VALUE lines)")
+    shell = Shell({}, [])
+    for number, line in logical_lines(read_text(file, what="environment file", max_bytes=MAX_SCRIPT_BYTES)):
+        names: list[str] = []
+        try:
+            tokens = Tokenizer(line, shell, names).tokens()
+        except Dynamic as exc:
+            raise SpecError(f"{file}:{number}: {exc}; write the value itself") from None
+        items = [value for _, value in tokens]
+        if items and items[0] == "export":
+            items = items[1:]
+        if names or any(not isinstance(item, (Assign, str)) or isinstance(item, str) and "=" not in item
+                        or isinstance(getattr(item, "value", ""), list) for item in items):
+            raise SpecError(f"{file}:{number}: not a KEY=VALUE line" + (f" (${names[0]} is not set above)" if
+                                                                        names else "") + f": {line.strip()[:80]}")
+        for item in items:
+            name, value = (item.name, item.value) if isinstance(item, Assign) else str(item).split("=", 1)
+            if not NAME.fullmatch(name):
+                raise SpecError(f"{file}:{number}: {name!r} is not a variable name")
+            shell.set(name, str(value))
+            shell.export(name)
+    return shell.environment()
