@@ -241,8 +241,8 @@ python -m verl.trainer.main_ppo k.a=$X "k.b=$Y" k.c="a b" $(touch {marker}) | te
     assert not marker.exists()
     assert reading.command is None or reading.command.env == {"X": "one-three", "Y": "$A"}
     reasons = [(d.line, d.reason.split(":")[0]) for d in reading.failures]
-    assert (2, "dynamic shell") in reasons and (3, "a command rollout8 does not model") in reasons
-    assert (6, "dynamic shell") in reasons
+    assert (3, "a command rollout8 does not model") in reasons  # ${A:+x} (line 2) is read, as bash does
+    assert (6, "dynamic shell") in reasons and (2, "dynamic shell") not in reasons
 
 
 def test_hydra_values_read_as_hydra_reads_them():
@@ -305,3 +305,102 @@ def test_a_script_without_checkpoints_imports_to_render_s_derived_ones(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     assert {"set by rollout8: only in the spec: override trainer.save_freq=1",
             "set by rollout8: only in the spec: override trainer.max_actor_ckpt_to_keep=2"} <= set(lines)
+
+
+# issue 44: the NPU launch scripts verl ships choose values with if/case on an environment variable
+CHOOSING = """\
+#!/bin/bash
+set -x
+source ./common.sh
+if [ "$DEVICE" = "npu" ]; then
+    export ASCEND_RT_VISIBLE_DEVICES=0,1,2,3
+    TP=4
+elif [[ $DEVICE == gpu* ]]; then TP=2
+else
+    TP=1
+fi
+case "$SIZE" in
+  7b|7B) BATCH=16 ;;
+  32b)
+    BATCH=8
+    ;;
+  *) BATCH=1;;
+esac
+[ -z "${NNODES:-}" ] && NNODES=1
+MODEL_PATH=${MODEL_PATH:-"$HOME/models/Qwen2.5-7B"}
+python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=$MODEL_PATH \\
+    data.train_files=$DATA/train.parquet data.val_files=$DATA/test.parquet \\
+    actor_rollout_ref.rollout.tensor_model_parallel_size=$TP data.train_batch_size=$BATCH trainer.nnodes=$NNODES \\
+    trainer.n_gpus_per_node=8 trainer.device=npu
+"""
+
+
+def choosing(tmp_path: Path) -> Path:
+    return write(tmp_path, {"run.sh": CHOOSING, "common.sh": "DATA=/data/gsm8k\n"})
+
+
+def test_an_if_and_a_case_are_chosen_by_env(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", "/root-of-rollout8")  # never read: the script sees only what --env gives
+    script, out = choosing(tmp_path), tmp_path / "spec.yaml"
+    assert main(["import", str(script), "-o", str(out), "--env", "DEVICE=npu", "--env", "SIZE=7B",
+                 "--env", "HOME=/home/ma"]) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    spec = load_spec(out)
+    assert spec.verl["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 4
+    assert spec.verl["data.train_batch_size"] == 16 and spec.cluster.nnodes == 1
+    assert str(spec.model.bf16) == "/home/ma/models/Qwen2.5-7B" and str(spec.data.train) == "/data/gsm8k/train.parquet"
+    assert spec.env == {"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"}  # what --env gives is the nodes', not carried
+    assert f"{script}:4: read: the if at line 4 takes the branch of line 4" in err
+    assert main(["import", str(script), "-o", str(out), "--env", "DEVICE=gpu0", "--env", "SIZE=32b"]) == 0
+    spec = load_spec(out)
+    assert spec.verl["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 2
+    assert spec.verl["data.train_batch_size"] == 8 and "env" not in out.read_text().split("verl:")[0]
+    assert "$HOME/models" in str(spec.model.bf16)  # not given: named, never rollout8's own $HOME
+
+
+def test_an_undecided_test_is_named_and_none_of_its_branches_is_read(tmp_path, capsys):
+    script, out = choosing(tmp_path), tmp_path / "spec.yaml"
+    (tmp_path / "run.sh").write_text(CHOOSING.replace('"$DEVICE" = "npu"', "-f /usr/local/Ascend/driver/version"))
+    assert main(["import", str(script), "-o", str(out), "--env", "SIZE=7B"]) == 1
+    err = capsys.readouterr().err
+    assert f"{script}:4: not decided: the if (lines 4-10) depends on the file test -f /usr/local/Ascend/driver/" \
+           "version" in err
+    assert "$TP is not set" in err and "ASCEND_RT_VISIBLE_DEVICES" not in out.read_text()
+
+
+def test_env_file_seeds_the_environment_as_a_user_exports_it(tmp_path, capsys):
+    script, out = choosing(tmp_path), tmp_path / "spec.yaml"
+    env_file = write(tmp_path, {"cluster.env": "# the cluster\nexport DEVICE=npu\nSIZE='32b'   # quoted\n"
+                                               'export HOME="/home/ma"\nMODEL_PATH=$HOME/m\n'})
+    assert main(["import", str(script), "-o", str(out), "--env-file", str(env_file), "--env", "SIZE=7B"]) == 0, \
+        capsys.readouterr().err
+    spec = load_spec(out)
+    assert spec.verl["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 4
+    assert spec.verl["data.train_batch_size"] == 16 and str(spec.model.bf16) == "/home/ma/m"  # --env wins
+    env_file.write_text("DEVICE=npu\nrm -rf /\n")
+    capsys.readouterr()
+    assert main(["import", str(script), "--env-file", str(env_file)]) == 2
+    assert f"{env_file}:2: not a KEY=VALUE line: rm -rf /" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "what"), [
+    ("torchrun --standalone --nnodes=1 --nproc_per_node=8 \\\n  -m verl.trainer.fsdp_sft_trainer data.x=1\n",
+     "an SFT launch (torchrun -m verl.trainer.fsdp_sft_trainer) at {script}:1, not an RL launch"),
+    ("python3 -m verl.trainer.fsdp_sft_trainer data.x=1\n",
+     "an SFT launch (python3 -m verl.trainer.fsdp_sft_trainer) at {script}:1, not an RL launch"),
+    ("ray stop\nray start --head --port=6379\n", "only Ray cluster helpers (ray stop, ray start), no training"),
+])
+def test_a_script_that_is_not_an_rl_launch_is_refused_in_one_line(text, what, tmp_path, capsys):
+    script = write(tmp_path, {"run.sh": text})
+    assert main(["import", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert what.format(script=script) in err and "verl.trainer.main_ppo" in err
+
+
+def test_an_sglang_rollout_is_refused_naming_its_line(tmp_path, capsys):
+    script = write(tmp_path, {"run.sh": VERL_EXAMPLE.replace("rollout.name=vllm", "rollout.name=sglang")})
+    assert main(["import", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"{script}:17: actor_rollout_ref.rollout.name=sglang: rollout8 runs vLLM" in err

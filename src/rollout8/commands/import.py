@@ -1,5 +1,6 @@
-"""`rollout8 import SCRIPT.sh [-o SPEC.yaml] [--accept-dropped]`: a run spec from a verl launch script, read and
-never run; the work is rollout8.runspec.importer (the mapping) and rollout8.runspec.shell_script (the reader).
+"""`rollout8 import SCRIPT.sh [-o SPEC.yaml] [--env NAME=VALUE]... [--env-file FILE] [--accept-dropped]`: a run
+spec from a verl launch script, read and never run, in the environment given (nothing of rollout8's own); the work
+is rollout8.runspec.importer (the mapping) and rollout8.runspec.shell_script (the reader).
 
 Prints every line not carried (file:line: why), the placeholders to fill, and what the spec still renders
 differently (rollout8's own additions apart). Exit 1 if any line was not carried, unless --accept-dropped; the spec
@@ -15,13 +16,19 @@ from ..errors import CheckFailed, SpecError
 from ..fileutil import atomic_write, check_output, writing
 from ..runspec.importer import build_spec, differences, spec_name, spec_text
 from ..runspec.runspec import parse_spec
-from ..runspec.shell_script import read_script
+from ..runspec.shell_script import read_env_file, read_script
+from ..runspec.shell_words import NAME
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script", help="the verl launch script (bash; read, never run)")
     parser.add_argument("-o", "--output", help="the run spec to write (default: print it)")
     parser.add_argument("--name", help="the run's name (default: from the output's or the script's file name)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable the script is read with, as exported (repeatable; $HOME and the rest are "
+                             "unset unless given)")
+    parser.add_argument("--env-file", metavar="FILE",
+                        help="KEY=VALUE lines (`export ` and shell quoting allowed, # comments), read before --env")
     parser.add_argument("--accept-dropped", action="store_true",
                         help="exit 0 even if lines of the script were not carried (they are still listed)")
 
@@ -36,9 +43,36 @@ def report_dropped(reading, not_carried) -> int:
     return failures
 
 
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    """--env-file's variables, then --env's (the last wins)."""
+    env = read_env_file(args.env_file) if args.env_file else {}
+    for item in args.env:
+        name, has_value, value = item.partition("=")
+        if not has_value or not NAME.fullmatch(name):
+            raise SpecError(f"--env {item}: give NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def not_a_launch(script: str, reading) -> str | None:
+    """One line for a script that launches something else than the RL trainer (SFT, torchrun, only Ray)."""
+    trainer = "launches the GRPO/PPO trainer `python3 -m verl.trainer.main_ppo`"
+    if reading.launches:
+        item = reading.launches[0]
+        return f"{script}: {item.reason} at {item.file}:{item.line}, not an RL launch: rollout8 {trainer}"
+    if reading.ray_helpers:
+        seen = ", ".join(dict.fromkeys(item.reason for item in reading.ray_helpers))
+        return f"{script}: only Ray cluster helpers ({seen}), no training command: rollout8 starts Ray itself " \
+               f"(the ray role) and {trainer}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    reading = read_script(args.script)
+    reading = read_script(args.script, environment(args))
     if reading.command is None:
+        refusal = not_a_launch(args.script, reading)
+        if refusal:
+            raise SpecError(refusal)
         report_dropped(reading, [])
         raise SpecError(f"{args.script}: no `python3 -m verl.trainer.main_ppo` command found (read: "
                         f"{', '.join(str(f) for f in reading.files)}); import the script that runs it")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import SpecError
 from . import verl_keys
 from .check_verl import OWNED_ENV
 from .render import Rendered, render
@@ -184,6 +185,16 @@ class Imported:
     placeholders: list[str] = field(default_factory=list)
 
 
+def _line_of(command: Any, needle: str) -> str:
+    """file:line of the physical line of the command that holds needle (the command's first line if none)."""
+    try:
+        lines = command.file.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    found = next((n + 1 for n in range(command.line - 1, len(lines)) if needle in lines[n]), command.line)
+    return f"{command.file}:{found}"
+
+
 def spec_name(text: str) -> str:
     name = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._") or "imported"
     return name[:63] if re.fullmatch(NAME_PATTERN, name[:63]) else "imported"
@@ -205,6 +216,11 @@ def build_spec(reading: Reading, name: str) -> Imported:
     def carried(what: str, reason: str) -> None:
         not_carried(what, reason, harmless=True)
 
+    engine = overrides.get("actor_rollout_ref.rollout.name")
+    if engine is not None and engine[0] != "~" and engine[1] != "vllm":
+        raise SpecError(f"{_line_of(command, 'actor_rollout_ref.rollout.name=')}: actor_rollout_ref.rollout.name="
+                        f"{hydra_value(engine[1])}: rollout8 runs vLLM "
+                        "(FlashRL patches vLLM), not this engine; import a vLLM launch script")
     for arg in command.args:
         if parse_override(arg) is None:
             not_carried(arg, "not a hydra override (key=value, +key=value, ++key=value, ~key)")
