@@ -158,3 +158,23 @@ def test_a_here_document_is_data_and_a_shift_is_not_one(tmp_path):
     reading = read_script(script)
     assert reading.command.args == ["b=4"] and reading.command.env == {}
     assert [d.line for d in reading.failures] == [1]  # cat: named, its document not read as commands
+
+
+# (assignments, the test of an if): the branch the reader takes is the one bash takes
+CONDITIONS = [
+    ('D=npu', '[ "$D" = "npu" ]'), ('D=gpu', '[ "$D" = "npu" ]'), ('D=gpu0', '[[ $D == gpu* ]]'),
+    ('D=gpu0', '[[ $D == "gpu*" ]]'), ('D=', '[[ $D == "" ]]'), ('D=', '[ -z "$D" ]'), ('D=x', '[ -n "$D" ]'),
+    ('N=8', '[ "$N" -gt 4 ]'), ('N=8', '[ $N -le 4 ] || [ $N -eq 8 ]'), ('N=8', '[ $N -ne 8 ] && [ $N -eq 8 ]'),
+    ('N=8', '! [ $N -lt 4 ]'), ('N=8', '[ ! $N -lt 4 ]'), ('A=1 B=', '[ -n "$A" -a -z "$B" ]'),
+    ('A=1 B=', '[[ -n $A && -n $B ]]'), ('A=1 B=', '[[ -n $A || -n $B ]]'), ('X=7b', 'test "$X" != 32b'),
+    ('', 'true && false'), ('', 'false || true'), ('T=4', '[ $((T * 2)) -ge 8 ]'), ('E=', '[ -z "${E:-}" ]'),
+]
+
+
+@pytest.mark.skipif(BASH is None, reason="no bash on this machine")
+@pytest.mark.parametrize(("setup", "test"), CONDITIONS, ids=[f"{n:02d}" for n in range(len(CONDITIONS))])
+def test_the_branch_taken_is_the_one_bash_takes(setup, test, tmp_path):
+    text = f"{setup}\nif {test}; then R=then; else R=else; fi\n"
+    expected = subprocess.run([BASH, "-c", text + 'printf "%s" "$R"'], env={"PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, check=True).stdout
+    assert reader_words(tmp_path, text, "r=$R") == [f"r={expected}"]

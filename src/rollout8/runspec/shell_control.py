@@ -253,7 +253,8 @@ def test_words(words: list[str], globbing: bool) -> bool:
     if len(words) == 3:
         left, op, right = words
         if op in ("=", "==", "!="):
-            same = bool(re.fullmatch(_glob(right), left, re.DOTALL)) if globbing else left == right
+            pattern = getattr(right, "pattern", None) or _glob(right)  # a quoted part of a [[ ]] pattern is literal
+            same = bool(re.fullmatch(pattern, left, re.DOTALL)) if globbing else left == right
             return same if op != "!=" else not same
         if op in NUMERIC:
             try:

@@ -168,7 +168,7 @@ class ScriptReader:
                 elements.append([])
                 operators.append(str(value))
             elif kind == "word":
-                elements[-1].append(str(value))
+                elements[-1].append(value)  # type: ignore[arg-type]  # a Word keeps its glob
             elif kind != "redir":
                 raise Undecided(f"the condition {text!r}")
         return shell_control.and_or(elements, operators)
@@ -209,7 +209,7 @@ class ScriptReader:
                 try:
                     if names:
                         raise Undecided(f"${names[0]}, which is not set (give it with --env)")
-                    status = shell_control.command_truth([str(w) for w in words])
+                    status = shell_control.command_truth(words)  # type: ignore[arg-type]
                 except Undecided as exc:
                     self._drop(path, number, line, f"not decided: {exc}; what it guards is not read")
                     self._forget_assigned(line, shell)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .shell_expand import BREAK, EXP, LIT, Dynamic, Piece, Q, brace_end, braced, paren_end, skip_quoted
+from .shell_expand import BREAK, EXP, LIT, Dynamic, Piece, Q, brace_end, braced, glob_regex, paren_end, skip_quoted
 from .shell_expand import arithmetic as arithmetic_value
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -80,6 +80,17 @@ class Shell:
     def child(self) -> Shell:
         env = self.environment()
         return Shell(dict(env), list(env), {k: v for k, v in self.where.items() if k in env})
+
+
+class Word(str):
+    """A word of `[[ ... ]]`, with the glob its unquoted characters make (the right side of == and !=)."""
+
+    pattern: str
+
+    def __new__(cls, text: str, pattern: str) -> Word:
+        word = super().__new__(cls, text)
+        word.pattern = pattern
+        return word
 
 
 @dataclass(frozen=True)
@@ -151,8 +162,8 @@ def fields(pieces: list[Piece], split: bool = True) -> list[str]:
         if (text, kind) == BREAK:
             out.append(current)
             current, exists = "", False
-        elif kind != EXP or not split:
-            current, exists = current + text, exists or kind == Q or bool(text)
+        elif kind != EXP or not split:  # unsplit (`[[ $X ]]`): an expansion is one word, even empty
+            current, exists = current + text, exists or kind == Q or bool(text) or not split
         else:
             for number, part in enumerate(re.split(r"[ \t\n]+", text)):
                 if number and (exists or current):
@@ -175,6 +186,7 @@ class Tokenizer:
         self.text, self.shell, self.unresolved = text, shell, unresolved
         self.i = 0
         self.command: list[str | Assign] = []
+        self.in_test = False  # inside `[[ ... ]]`, across its && and ||
 
     def tokens(self) -> list[tuple[str, object]]:
         out: list[tuple[str, object]] = []
@@ -251,8 +263,10 @@ class Tokenizer:
             return [Assign(assign[0], self.joined(pieces), assign[1])]
         if assign and assign[0] and command in DECLARE:
             return [assign[0] + ("+=" if assign[1] else "=") + self.joined(pieces)]
-        split = not (self.command and self.command[0] == "[[")
-        return list(fields(pieces, split))
+        if self.in_test or (not self.command and self.joined(pieces) == "[["):  # `[[ ... ]]`: no splitting
+            self.in_test = self.joined(pieces) != "]]"
+            return [Word(self.joined(pieces), glob_regex(pieces))]
+        return list(fields(pieces))
 
     def _tilde(self) -> list[Piece]:
         """A leading `~` (alone or before `/`): $HOME, which only --env gives."""
