@@ -389,6 +389,9 @@ def test_env_file_seeds_the_environment_as_a_user_exports_it(tmp_path, capsys):
     ("python3 -m verl.trainer.fsdp_sft_trainer data.x=1\n",
      "an SFT launch (python3 -m verl.trainer.fsdp_sft_trainer) at {script}:1, not an RL launch"),
     ("ray stop\nray start --head --port=6379\n", "only Ray cluster helpers (ray stop, ray start), no training"),
+    # verl's DAPO recipe (recipe/dapo/run_dapo_*_npu.sh) is RL, but its own trainer and config: named as such
+    ("ray job submit --no-wait -- python3 -m recipe.dapo.main_dapo data.x=1\n",
+     "a verl recipe's own trainer (python3 -m recipe.dapo.main_dapo) at {script}:1: rollout8 launches the GRPO/PPO"),
 ])
 def test_a_script_that_is_not_an_rl_launch_is_refused_in_one_line(text, what, tmp_path, capsys):
     script = write(tmp_path, {"run.sh": text})

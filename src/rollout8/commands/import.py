@@ -16,7 +16,7 @@ from ..errors import CheckFailed, SpecError
 from ..fileutil import atomic_write, check_output, writing
 from ..runspec.importer import build_spec, differences, spec_name, spec_text
 from ..runspec.runspec import parse_spec
-from ..runspec.shell_script import read_env_file, read_script
+from ..runspec.shell_script import RECIPE, read_env_file, read_script
 from ..runspec.shell_words import NAME
 
 
@@ -59,6 +59,9 @@ def not_a_launch(script: str, reading) -> str | None:
     trainer = "launches the GRPO/PPO trainer `python3 -m verl.trainer.main_ppo`"
     if reading.launches:
         item = reading.launches[0]
+        if item.reason.startswith(RECIPE):  # an RL launch, but of another trainer and config than verl's own
+            return f"{script}: {item.reason} at {item.file}:{item.line}: rollout8 {trainer} with its ppo_trainer " \
+                   "config, not a recipe's"
         return f"{script}: {item.reason} at {item.file}:{item.line}, not an RL launch: rollout8 {trainer}"
     if reading.ray_helpers:
         seen = ", ".join(dict.fromkeys(item.reason for item in reading.ray_helpers))

@@ -47,6 +47,7 @@ OWNED_COMMANDS = {
     "ulimit": "the node's limits are the ray role's",
 }
 SET_ENV = "set_env.sh"
+RECIPE = "a verl recipe's own trainer"  # recipe/<name>/main_*.py: its own trainer class and hydra config
 GIVEN = "--env:0"  # where a variable given with --env / --env-file was set
 
 
@@ -340,7 +341,8 @@ class ScriptReader:
                 return
         if words[:3] not in ([w, "-m", TRAINER_MODULE] for w in ("python", "python3")):
             module = words[2] if words[1:2] == ["-m"] and len(words) > 2 else " ".join(words[:2])
-            what = "an SFT launch" if module.startswith(SFT_MODULES) or "sft" in module.lower() else "a launch"
+            what = "an SFT launch" if module.startswith(SFT_MODULES) or "sft" in module.lower() else \
+                RECIPE if module.startswith("recipe.") else "a launch"
             self.reading.launches.append(Dropped(path, number, line.strip()[:160], f"{what} ({words[0]} -m "
                                                  f"{module})" if words[1:2] == ["-m"] else f"{what} ({module})"))
             self._drop(path, number, line, f"a command rollout8 does not model: {' '.join(words[:3])} (rollout8 "
