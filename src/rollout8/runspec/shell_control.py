@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .shell_expand import LIT, Dynamic, brace_end, glob_regex, paren_end, skip_quoted
+from .shell_expand import LIT, Dynamic, glob_regex, skip_construct, skip_quoted
 
 OPENERS = {"if", "case", "for", "while", "until", "select", "{"}
 CLOSERS = {"fi": "if", "esac": "case", "done": "do", "}": "{"}
@@ -38,20 +38,12 @@ def split_line(text: str) -> list[str]:
     out, start, i = [], 0, 0
     while i < len(text):
         ch = text[i]
-        if ch == "\\":
-            i += 2
+        after = skip_construct(text, i)
+        if after is not None:
+            i = after
         elif ch == "#" and (i == 0 or text[i - 1] in " \t\n;&|("):
             end = text.find("\n", i)
             i = len(text) if end < 0 else end
-        elif ch == "'":
-            end = text.find("'", i + 1)
-            i = len(text) if end < 0 else end + 1
-        elif ch == '"':
-            i = skip_quoted(text, i)
-        elif text.startswith("${", i):
-            i = brace_end(text, i + 2, False) + 1
-        elif text.startswith("$(", i):
-            i = paren_end(text, i + 2)
         elif ch == ";":
             out.append(text[start:i])
             if text.startswith(";;", i):

@@ -57,24 +57,34 @@ def skip_quoted(text: str, i: int) -> int:
     raise Dynamic("unterminated double quote")
 
 
+def skip_construct(text: str, i: int, quoted: bool = False, strict: bool = False) -> int | None:
+    """The index after what starts at text[i] and hides its separators: a backslash and the character it escapes, a
+    single-quoted string (not inside double quotes: `quoted`), a double-quoted one, a `${...}` or a `$(...)`; None
+    when none starts there. An unterminated single quote ends the text, or raises Dynamic when `strict`."""
+    ch = text[i]
+    if ch == "\\":
+        return i + 2
+    if ch == "'" and not quoted:
+        end = text.find("'", i + 1)
+        if end < 0 and strict:
+            raise Dynamic("unterminated single quote")
+        return len(text) if end < 0 else end + 1
+    if ch == '"':
+        return skip_quoted(text, i)
+    if text.startswith("${", i):
+        return brace_end(text, i + 2, quoted) + 1
+    if text.startswith("$(", i):
+        return paren_end(text, i + 2)
+    return None
+
+
 def brace_end(text: str, i: int, quoted: bool) -> int:
     """The index of the `}` that closes the `${` before text[i], past nested expansions and quotes."""
     while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-        elif ch == "'" and not quoted:
-            end = text.find("'", i + 1)
-            if end < 0:
-                raise Dynamic("unterminated single quote")
-            i = end + 1
-        elif ch == '"':
-            i = skip_quoted(text, i)
-        elif text.startswith("${", i):
-            i = brace_end(text, i + 2, quoted) + 1
-        elif text.startswith("$(", i):
-            i = paren_end(text, i + 2)
-        elif ch == "}":
+        after = skip_construct(text, i, quoted, strict=True)
+        if after is not None:
+            i = after
+        elif text[i] == "}":
             return i
         else:
             i += 1
@@ -107,19 +117,10 @@ def split_unquoted(word: str, sep: str) -> tuple[str, str | None]:
     """word split at its first `sep` outside quotes and nested expansions (the `/` of ${x/p/r})."""
     i = 0
     while i < len(word):
-        ch = word[i]
-        if ch == "\\":
-            i += 2
-        elif ch == "'":
-            end = word.find("'", i + 1)
-            i = len(word) if end < 0 else end + 1
-        elif ch == '"':
-            i = skip_quoted(word, i)
-        elif word.startswith("${", i):
-            i = brace_end(word, i + 2, False) + 1
-        elif word.startswith("$(", i):
-            i = paren_end(word, i + 2)
-        elif ch == sep:
+        after = skip_construct(word, i)
+        if after is not None:
+            i = after
+        elif word[i] == sep:
             return word[:i], word[i + 1:]
         else:
             i += 1
