@@ -296,3 +296,14 @@ def test_the_corpus_table_in_docs_is_current():
     if os.environ.get("ROLLOUT8_REGEN_CORPUS_TABLE") == "1":
         TABLE.write_text(text)
     assert TABLE.read_text() == text, "docs/import-corpus.md is stale: ROLLOUT8_REGEN_CORPUS_TABLE=1 rewrites it"
+
+
+def test_the_corpus_is_verl_at_the_locks_pin():
+    """The fixtures name the commit they came from; a new git.verl pin makes them stale until regenerated
+    (scripts/import-corpus.py VERL)."""
+    from rollout8.lock import load_lock
+
+    pin = load_lock(ROOT / "versions.lock.yaml").git["verl"].commit
+    assert MANIFEST["verl_commit"] == pin, "regenerate the corpus: scripts/import-corpus.py <verl checkout>"
+    for script in sorted(FIXTURES.glob("*.sh")):
+        assert f" at commit {pin}," in script.read_text().splitlines()[0], script.name
