@@ -9,6 +9,7 @@ job's int8 verdict per rank (`rollout8 logs`).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ from pathlib import Path
 import yaml
 from sim_images import BUILDER, REPO, free_gb, sh, train_image, train_tarball
 from sim_nodes import INVENTORY, NODES, SHARED_HOST, controller_venv, own_export, prerequisites, run_playbook, up
-from sim_runs import bf16_twin, demo_spec
+from sim_runs import bf16_twin, clear_demo_runs, demo_spec
 
 DEMO_WORK = REPO / ".cache" / "cluster" / "demo"
 CONTAINER = "rollout8-train"  # the runtime role's default name for the training container
@@ -130,12 +131,24 @@ def verl_verdict(job: Path) -> tuple[int, str]:
     return proc.returncode, (proc.stdout + proc.stderr).rstrip()
 
 
+def forget_a_run_the_nodes_do_not_know(spec: Path) -> None:
+    """The demo's run starts anew where its nodes hold no record of its job (new nodes, or nodes that reset.yml
+    emptied) while the shared directory still holds its checkpoints at the last step: resumed there, it would be
+    refused with nothing left to train. The demo's runs only (clear_demo_runs); a run the head knows is kept, and
+    the demo then reads its verdict again."""
+    name = re.escape(yaml.safe_load(spec.read_text())["name"])
+    listed = sh("docker", "exec", NODES[0], "ls", "/opt/rollout8/run", check=False, capture=True).stdout.split()
+    if not any(re.fullmatch(rf"job-rollout8-{name}-[0-9a-f]{{12}}-verl(-\w+)?\.txt", entry) for entry in listed):
+        clear_demo_runs()
+
+
 def demo(*playbook_args: str) -> int:
     """`make demo`: the cluster up, the shipped tiny-cpu spec through ansible/train.yml, the verdict."""
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     cluster_and_image()
     runtime = image_args()
     spec = demo_spec()
+    forget_a_run_the_nodes_do_not_know(spec)
     controller = controller_venv()  # as a jump host: ansible-core and the rollout8 CLI, no torch, no models
     # As on a real cluster: train.yml returns once the job runs (a verl job: its first step logged); the verify
     # play, run later from another shell, shows where it stands; here it follows the job to its final verdict.

@@ -210,19 +210,23 @@ def test_a_docker_without_docker_init_and_selinux_enforcing_are_refused_in_prefl
     in one run, naming each node (that a label choice lifts the SELinux refusal: test_node_rules.py; the next
     preflight of these tests passes with both back as they were)."""
     no_init, enforcing = simcluster.NODES[1], simcluster.NODES[2]
-    init = on_node(no_init, "sh", "-c", "command -v docker-init").stdout.strip()
-    assert init, f"{no_init} has no docker-init to hide"
-    on_node(no_init, "mv", init, f"{init}.hidden")
-    on_node(enforcing, "sh", "-c", "printf '#!/bin/sh\\necho Enforcing\\n' > /usr/local/sbin/getenforce && "
-                                   "chmod 755 /usr/local/sbin/getenforce")
+    # every docker-init the node's daemon could find, hidden under an empty device in the node's own mount namespace
+    # (the node container runs with --init itself: its /sbin/docker-init is a mount and cannot be moved)
+    hidden = on_node(no_init, "sh", "-c", "which -a docker-init | xargs -n1 readlink -f | sort -u").stdout.split()
+    assert hidden, f"{no_init} has no docker-init to hide"
     try:
+        for path in hidden:
+            on_node(no_init, "mount", "--bind", "/dev/null", path)
+        on_node(enforcing, "sh", "-c", "printf '#!/bin/sh\\necho Enforcing\\n' > /usr/local/sbin/getenforce && "
+                                       "chmod 755 /usr/local/sbin/getenforce")
         run = demo_play("--tags", "preflight")
         out = one_line(run.output).replace("''", "'")  # the YAML callback doubles a quote
         assert run.rc != 0, out[-3000:]
         assert f"{no_init}: Docker's init binary docker-init is not installed" in out, out[-3000:]
         assert f"{enforcing}: SELinux is enforcing and Docker does not label containers now" in out, out[-3000:]
     finally:
-        on_node(no_init, "sh", "-c", f"[ -e {init} ] || mv {init}.hidden {init}")
+        for path in hidden:
+            on_node(no_init, "umount", path, check=False)
         on_node(enforcing, "rm", "-f", "/usr/local/sbin/getenforce")
 
 def test_a_node_whose_cluster_interface_has_another_mtu_is_refused_naming_each(demo_job):
