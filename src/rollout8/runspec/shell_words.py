@@ -408,7 +408,3 @@ class Tokenizer:
     @staticmethod
     def joined(pieces: list[Piece]) -> str:
         return "".join(" " if (text, kind) == BREAK else text for text, kind in pieces)
-
-    def expand_text(self) -> str:
-        """The whole text expanded as a double-quoted string (no splitting)."""
-        return self.joined(self.word_pieces(self.text, quoted=True))
