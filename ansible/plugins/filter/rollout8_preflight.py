@@ -144,11 +144,9 @@ def rollout8_port_range_problem(env: Mapping[str, Any], ephemeral: str, reserved
     if not wanted or not eph:
         return ""
     (low, high), (elow, ehigh) = wanted[0], eph[0]
-    inside = [(max(low, elow), min(high, ehigh))] if low <= ehigh and elow <= high else []
-    if not inside:
-        return ""
     held = _port_spans(reserved)
-    free = [p for p in range(inside[0][0], inside[0][1] + 1) if not any(a <= p <= b for a, b in held)]
+    # the ports of the overlap (an empty range when the two are apart) that no reservation holds
+    free = sum(not any(a <= port <= b for a, b in held) for port in range(max(low, elow), min(high, ehigh) + 1))
     if not free:
         return ""
     size = high - low
@@ -156,7 +154,7 @@ def rollout8_port_range_problem(env: Mapping[str, Any], ephemeral: str, reserved
              f"{max(1024, elow - 1 - size)}-{elow - 1}")
     return (f"{host}: HCCL_HOST_SOCKET_PORT_RANGE {low}-{high} (cluster.network.hccl_host_socket_port_range) overlaps "
             f"this node's ephemeral port range {elow}-{ehigh} (net.ipv4.ip_local_port_range), and "
-            f"{len(free)} of its ports are not reserved (net.ipv4.ip_local_reserved_ports: {_span_text(held)}): any "
+            f"{free} of its ports are not reserved (net.ipv4.ip_local_reserved_ports: {_span_text(held)}): any "
             f"outgoing connection can take one and HCCL's bind then fails at random. Move the range outside "
             f"{elow}-{ehigh} (e.g. {above}), or reserve it on every node: sysctl -w "
             f"net.ipv4.ip_local_reserved_ports={low}-{high} (and in /etc/sysctl.d/ to keep it after a reboot).")
@@ -169,7 +167,7 @@ def rollout8_runtime_problems(df: Mapping[str, Any], mount_label: str, host: str
     (or when the node was not asked: no docker_init_name)."""
     problems = []
     name = str(df.get("docker_init_name") or "")
-    if "docker_init_name" in df and name and not df.get("docker_init"):
+    if name and not df.get("docker_init"):
         problems.append(
             f"Docker's init binary {name} is not installed (not on PATH nor in Docker's libexec directories): the "
             "training container runs with --init, which reaps Ray's processes, and would not start. Install it "
