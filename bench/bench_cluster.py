@@ -63,8 +63,7 @@ def bench(work_dir: Path) -> list[dict]:
     image = sim_demo.image_args()  # the training image, built and saved (or found) before any timing
     if any("rollout8_image_tarball" in arg for arg in image):  # every node loads it once, untimed
         loaded = simcluster.run_playbook(simcluster.INVENTORY, base_spec, work_dir / "image", work_dir / "facts",
-                                         *image, "--tags", "preflight,image", timeout=3600)  # preflight: the
-        # node wheels for a node whose Python lacks requests (rollout8-sim-w1), which the image role's modules need
+                                         *image, "--tags", "image", timeout=3600)
         if loaded.rc != 0:
             raise RuntimeError(f"loading the training image failed: {loaded.failure()}")
         image = sim_demo.image_args()
