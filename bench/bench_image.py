@@ -54,8 +54,9 @@ RX_BYTES = ("total=0; for f in /sys/class/net/*/statistics/rx_bytes; do case $f 
 
 
 def _preflight(simcluster, work_dir: Path) -> None:
-    """train.yml's preflight, untimed: it gives a node whose Python lacks `requests` (rollout8-sim-w1, as a vendor's
-    node) the controller's node wheels, which the image role's Docker modules import."""
+    """train.yml's preflight, untimed: a node whose Python lacks `requests` (rollout8-sim-w1, as a vendor's node)
+    gets the controller's node wheels here, not inside the first timed image play (which would install them itself,
+    through preflight's node check), so the per-node and shared plays time the same work."""
     spec = simcluster.prepare_run(REPO / ".cache" / "cluster" / "run")
     run = simcluster.run_playbook(simcluster.INVENTORY, spec, work_dir / "preflight", work_dir / "facts", "--tags",
                                   "preflight", timeout=1800)
