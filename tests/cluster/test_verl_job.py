@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import Cluster, Run
 
+from rollout8.node.probe_job import read_verdict
+
 pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
 
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
@@ -56,13 +58,38 @@ def one_step_spec(cluster: Cluster, name: str, **verl) -> Path:
 
 def test_flashrl_config_only_in_the_driver_finishes_bf16_and_verify_names_the_ranks(sim_cluster: Cluster):
     """Trap 2 on the real job: Ray started without the run's env, FLASHRL_CONFIG removed from the job's
-    runtime_env, so only the driver (launch.sh) has it. verl trains, in bf16; the verify play fails."""
+    runtime_env, so only the driver (launch.sh) has it. verl trains, in bf16; the verify play fails.
+
+    On the same Ray (one restart without the env serves both), the probe job submitted with FLASHRL_CONFIG for its
+    driver only names it on every node. ray #59063: without RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES the job
+    supervisor hides the NPUs from the entrypoint (ASCEND_RT_VISIBLE_DEVICES='') and every worker holding NPUs gets
+    them renumbered."""
     drop = json.dumps({"rollout8_job_args": ["~ray_kwargs.ray_init.runtime_env.env_vars.FLASHRL_CONFIG"]})
+    name = "tiny-cpu-sim-trap2"
     try:
         trap = sim_cluster.playbook("-e", "rollout8_ray_export_env=false", "-e", drop, "-e", "rollout8_relaunch=true",
-                                    kind="verl", spec=one_step_spec(sim_cluster, "tiny-cpu-sim-trap2"),
-                                    timeout=TIMEOUT)
+                                    kind="verl", spec=one_step_spec(sim_cluster, name), timeout=TIMEOUT)
         assert_trained_bf16_and_verify_named_every_node(trap, sim_cluster.work, "no-config")
+
+        plan = f"/var/lib/rollout8/runs/{name}/rollout8-plan.json"
+        cfg = json.loads(sim_cluster.node(NODES[0], "cat", plan).stdout)["node_paths"]["flashrl"]
+        job = sim_cluster.container(NODES[0], "ray", "job", "submit", "--address", "http://127.0.0.1:8265", "--",
+                                    "env", f"FLASHRL_CONFIG={cfg}", "rollout8", "probe-job", "--plan", plan,
+                                    "--nodes", "3", check=False)
+        out = job.stdout + job.stderr
+        verdict = read_verdict(out)
+        assert verdict is not None, out[-3000:]
+        for node in NODES:
+            pattern = rf"{node} \(\S+\) env\s+FAIL FLASHRL_CONFIG is not in the Ray worker's environment"
+            assert re.search(pattern, out), out
+            renumbered = (rf"{node} \(\S+\) npu-visible\s+FAIL RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES is "
+                          r"not in the environment of the Ray worker holding this node's NPUs "
+                          r"\(ASCEND_RT_VISIBLE_DEVICES=0 \(set by Ray\)\)")
+            assert re.search(renumbered, out), out
+        assert "driver npu-visible FAIL ASCEND_RT_VISIBLE_DEVICES='' in the driver (the job's entrypoint): Ray hid " \
+               "every NPU from it (ray #59063" in out, out[-3000:]
+        assert verdict["driver_env"]["FLASHRL_CONFIG"] == cfg
+        assert verdict["ok"] is False and verdict["driver_npu_visibility"]["ok"] is False
     finally:
         restore = sim_cluster.playbook("--tags", "ray")
         assert restore.rc == 0, restore.output[-4000:]
