@@ -49,35 +49,41 @@ ENV_KEY = "ROLLOUT8_LIFECYCLE_RUN"  # in the first version of the spec only
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 WORKER = "rollout8-sim-w2"
 TIMEOUT = 1800
-SLOW_REWARD = '''"""Test reward: the share of digits in the response, half a second per response (~10 s a step)."""
+SLOW_REWARD = '''"""Test reward: the share of digits in the response, half a second per response (~10 s a step) until
+the test leaves a file named `fast` beside the run's checkpoints (its steps then take what the job itself takes)."""
+import os
 import time
+
+FAST = {fast!r}
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    time.sleep(0.5)
+    if not os.path.exists(FAST):
+        time.sleep(0.5)
     text = solution_str or ""
     return sum(c.isdigit() for c in text) / max(len(text), 1)
 '''
 
 
-def lifecycle_spec(cluster: Cluster) -> Path:
+def lifecycle_spec(cluster: Cluster, name: str = "tiny-cpu-lifecycle") -> Path:
+    """The tests' spec as run `name`, its steps slow until SHARED_HOST/<name>/fast exists (see SLOW_REWARD)."""
     spec = yaml.safe_load(cluster.spec.read_text())
     base = cluster.spec.parent
-    spec["name"] = "tiny-cpu-lifecycle"
+    spec["name"] = name
     spec["model"] = {k: (str((base / v).resolve()) if k in ("bf16", "int8", "profile") else v)
                      for k, v in spec["model"].items()}
-    reward = cluster.work / "slow_reward.py"
-    reward.write_text(SLOW_REWARD)
+    reward = cluster.work / f"{name}-reward.py"
+    reward.write_text(SLOW_REWARD.format(fast=f"{simcluster.SHARED_DIR}/{name}/fast"))
     spec["data"] = {"train": str((base / spec["data"]["train"]).resolve()),
                     "val": str((base / spec["data"]["val"]).resolve()), "reward": str(reward)}
     spec["cluster"]["shared_dir"] = simcluster.SHARED_DIR
     # the data NIC named in the inventory only (rollout8_cluster_nic for every node: the README's step 3)
     spec["cluster"].pop("network", None)
-    spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-lifecycle"
-    spec["verl"].update({"trainer.experiment_name": "tiny-cpu-lifecycle", "trainer.total_training_steps": STEPS,
+    spec["deploy"]["root"] = f"/var/lib/rollout8/runs/{name}"
+    spec["verl"].update({"trainer.experiment_name": name, "trainer.total_training_steps": STEPS,
                          "trainer.save_freq": 1})
     spec["env"] = {**(spec.get("env") or {}), ENV_KEY: "1"}  # beside the sync diagnostic the sim spec turns on
-    path = cluster.work / "lifecycle.yaml"
+    path = cluster.work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
@@ -241,6 +247,7 @@ def lifecycle(sim_cluster) -> dict:
     killed_at = latest_checkpoint(shared)
     assert start < killed_at < STEPS, f"no new checkpoint before the end (had {start}, now {killed_at})"
     sim_cluster.node(WORKER, "docker", "stop", "-t", "2", "rollout8-train")
+    (shared / "fast").touch()  # the steps left run at the job's own pace: the slow reward did its part
     failed_seen = wait_for_keeper(sim_cluster, lambda k: k.get("state") == "waiting" or k.get("attempts"))
     sim_cluster.node(WORKER, "docker", "start", "rollout8-train")
     trained_before = trained_by(sim_cluster, job)
@@ -350,9 +357,7 @@ def test_a_worker_that_never_comes_back_ends_in_a_failed_verdict_after_the_bound
     """A worker's training container stopped and left down: the head's keeper waits rollout8_autoresume_wait_s for
     it, resubmits nothing, gives up naming the node, and verify ends in a failed verdict saying so."""
     stop_leftover_jobs(sim_cluster)
-    spec = yaml.safe_load(lifecycle_spec(sim_cluster).read_text())
-    spec["name"] = spec["verl"]["trainer.experiment_name"] = "tiny-cpu-lost"
-    spec["deploy"]["root"] = "/var/lib/rollout8/runs/tiny-cpu-lost"
+    spec = yaml.safe_load(lifecycle_spec(sim_cluster, "tiny-cpu-lost").read_text())
     spec["env"].pop(ENV_KEY, None)
     path = sim_cluster.work / "lost.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
