@@ -148,7 +148,21 @@ def run_playbook(inventory: Path, spec: Path, work: Path, facts: Path, *args: st
         proc = subprocess.run(cmd, cwd=ANSIBLE_DIR, env=env, capture_output=True, text=True, timeout=timeout)
         run = Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
     (work / "last-playbook.log").write_text(run.output)
+    note_time(run, playbook, args)
     return run
+
+
+# Where the simulated cluster's playbook time goes (CI's budget is spent here): one line per run, appended.
+PLAYBOOK_TIMES = REPO / ".cache" / "playbook-times.tsv"
+
+
+def note_time(run: Run, playbook: str, args: tuple[str, ...]) -> None:
+    """Append the run's seconds, rc, the test that ran it (pytest's PYTEST_CURRENT_TEST) and its arguments."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "-").split(" ")[0]
+    shown = " ".join(a for a in args if not a.startswith("{"))[:300]  # JSON extra-vars are long and say little
+    PLAYBOOK_TIMES.parent.mkdir(parents=True, exist_ok=True)
+    with PLAYBOOK_TIMES.open("a") as out:
+        out.write(f"{time.strftime('%H:%M:%S')}\t{run.seconds:.1f}\t{run.rc}\t{test}\t{playbook} {shown}\n")
 
 
 # The simulated shared filesystem (an NFS mount on a real cluster): one host directory every node mounts at the
