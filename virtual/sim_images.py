@@ -1,8 +1,9 @@
 """The simulated cluster's images, each built once and cached by content (virtual/README.md).
 
 What this module owns: the base image rollout8/bookworm-base:4 (scripts/make-base-image.sh: debootstrap + docker
-import, no registry), the node image rollout8/sim-node:<key> (the base as a machine comes: sshd, a login user with
-sudo, its own Docker daemon), the wheelhouse and the rollout8 wheel (scripts/build-wheelhouse.sh, into
+import, no registry) and the old node's base for another architecture (old_base_image: arm64, emulated), the node
+image rollout8/sim-node:<key> (the base as a machine comes: sshd, a login user with sudo, its own Docker daemon),
+the wheelhouse and the rollout8 wheel (scripts/build-wheelhouse.sh, into
 .cache/wheelhouse); in the builder's store (podman's), the stack image rollout8/sim-stack:<key> (the base with
 /opt/rollout8/venv installed from the wheelhouse in a container with --network none: the air-gapped path, for
 real), the stand-in for docker/Dockerfile's `stack` stage on it and the training image that `make image` builds on
@@ -144,6 +145,22 @@ OLD_NODE_DAEMON = NODE_DAEMON.replace(" python3-requests", "")
 # The node's main process (virtual/node-init.sh): host keys on first start, the node's dockerd in the background,
 # sshd in the foreground (its sessions start the training containers).
 NODE_COMMAND = ("/usr/local/sbin/rollout8-node-init",)
+
+
+def old_base_image(arch: str) -> str:
+    """The old node's base (OLD_BASE_SUITE with OLD_BASE_PACKAGES) for another Debian architecture: arm64 is an
+    Atlas node's aarch64 (Kunpeng 920), built on an x86_64 host under QEMU (qemu-user-static; debootstrap's second
+    stage runs emulated, minutes). The same script as every base; the tag is keyed by what it is made of and by the
+    script, its rootfs cached under .cache/debootstrap (tests/nodes/test_node_arm64.py, `make arm64-check`)."""
+    seed = f"{OLD_BASE_SUITE} {OLD_BASE_PACKAGES} {arch}"
+    image = f"rollout8/{OLD_BASE_SUITE}-node-base-{arch}:{content_key(seed, ('scripts/make-base-image.sh',))}"
+    if docker_ok("image", "inspect", image):
+        print(f">> base image {image} already built", file=sys.stderr)
+        return image
+    subprocess.run(["bash", "scripts/make-base-image.sh"], cwd=REPO, check=True, env={
+        **os.environ, "IMAGE": image, "SUITE": OLD_BASE_SUITE, "PACKAGES": OLD_BASE_PACKAGES, "ARCH": arch})
+    _prune_superseded(image)
+    return image
 
 
 # The simulated tier's CPU adaptations, made in the stand-in stack (run with the repository at /repo): vLLM's CPU
