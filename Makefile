@@ -75,6 +75,12 @@ demo-compare: sysdeps venv ## the demo's int8 run and its bf16 twin on the simul
 demo-down: ## remove the simulated cluster's containers, their Docker volumes (the images they loaded), network and the demo runs' checkpoints (the next demo starts anew)
 	$(PY) virtual/simcluster.py down
 
+# Not in `make test` (it skips with this target's name): minutes of QEMU emulation, the base image's first build most
+# of them. Timings are printed as each step ends.
+.PHONY: arm64-check
+arm64-check: venv ## the node-side code on an emulated aarch64 node (QEMU, Debian bullseye, Python 3.9): ansible/library and rollout8.node import, rollout8_node_state runs and reports aarch64, the node wheels import
+	ROLLOUT8_TEST_ARM64=1 $(PY) -m pytest tests/nodes/test_node_arm64.py -p no:cacheprovider -s -v $(PYTEST_ARGS)
+
 .PHONY: test-unit
 test-unit: venv ## fast tests only (no Docker, no cluster, no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
