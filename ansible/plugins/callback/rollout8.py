@@ -5,7 +5,11 @@
 # line, "waiting: [head]: Wait until the job is under way: RUNNING, step 3 (45 s of at most 1800 s)", instead of
 # the default callback's "FAILED - RETRYING: [head]: ... (715 retries left)", which a person reads as a failure.
 # A task retried because it failed (an rsync the bastion dropped, a submission Ray refused) keeps the default line.
+# A task run in the background and polled (async, poll > 0: a docker load of minutes) says the same at each poll,
+# "waiting: [w1]: Docker load (40 s)", where the default callback prints a job id.
 from __future__ import annotations
+
+import time
 
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
@@ -58,10 +62,38 @@ def waiting_line(host: str, task: str, result: dict, delay: float) -> str:
     return f"waiting: [{host}]: {task}{': ' + seen if seen else ''} ({spent} s of at most {bound} s)"
 
 
+def async_line(host: str, task: str, spent: float, bound: int) -> str:
+    """The line for one poll of a task running in the background since `spent` s, for at most `bound` s (0: a bound
+    still a template when the task started, not shown)."""
+    return f"waiting: [{host}]: {task} ({int(spent)} s{f' of at most {bound} s' if bound else ''})"
+
+
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
     CALLBACK_NAME = "rollout8"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # the task the play runs now: its name, when it started (monotonic) and its background bound (async); a
+        # poll's result is async_status's, which knows neither
+        self._running = ("", 0.0, 0)
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        try:
+            bound = int(task.async_val or 0)
+        except (TypeError, ValueError):  # a template Ansible has not resolved yet
+            bound = 0
+        self._running = (task.get_name().strip(), time.monotonic(), bound)
+        return super().v2_playbook_on_task_start(task, is_conditional)
+
+    def v2_runner_on_async_poll(self, result):
+        name, started, bound = self._running
+        line = async_line(self.host_label(result), name, time.monotonic() - started, bound)
+        self._display.display(line, color=C.COLOR_DEBUG)
+
+    def v2_runner_on_async_ok(self, result):
+        pass  # the task's own ok/changed line follows; the default's "ASYNC OK on <host>: jid=..." says nothing more
 
     def v2_runner_retry(self, result):
         fields = result._task_fields or {}
