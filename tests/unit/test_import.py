@@ -401,6 +401,25 @@ def test_a_script_that_is_not_an_rl_launch_is_refused_in_one_line(text, what, tm
     assert what.format(script=script) in err and "verl.trainer.main_ppo" in err
 
 
+@pytest.mark.parametrize(("module", "why"), [
+    ("recipe.dapo.main_dapo", "RayDAPOTrainer.fit generates only through the async rollout manager"),
+    ("recipe.one_step_off_policy.main_ppo", "rollout workers of its own"),
+    ("recipe.r1_ascend.main_ppo", "patched copies of vLLM v0.9.1"),
+    ("recipe.transfer_queue.main_ppo", "TransferQueue package"),
+    ("recipe.gspo.main_gspo", None),  # a recipe trainer with no reason of its own: the common one alone
+])
+def test_a_recipe_trainer_is_refused_saying_why_it_cannot_run_under_rollout8(module, why, tmp_path, capsys):
+    """No recipe runs in rollout8's image (verl's wheel has no `recipe` package; tests/image pins that), and each
+    recipe trainer of the corpus has a reason of its own on top (docs/import-corpus.md, "Recipe trainers")."""
+    script = write(tmp_path, {"run.sh": f"python3 -m {module} data.x=1\n"})
+    assert main(["import", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"a verl recipe's own trainer (python3 -m {module}) at {script}:1" in err
+    assert "rollout8's image has no `recipe` package" in err
+    assert (why in err) if why else "; and " not in err
+
+
 def test_an_sglang_rollout_is_refused_naming_its_line(tmp_path, capsys):
     script = write(tmp_path, {"run.sh": VERL_EXAMPLE.replace("rollout.name=vllm", "rollout.name=sglang")})
     assert main(["import", str(script)]) == 2

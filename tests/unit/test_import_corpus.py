@@ -189,7 +189,8 @@ def test_sft_sglang_and_ray_helper_scripts_are_refused_in_one_line_saying_what_t
 
 def test_every_main_ppo_script_imports_equal_unless_it_composes_another_hydra_config():
     """verl.trainer.main_ppo scripts import with equal overrides, except one that picks another config (megatron's,
-    a multi-turn one) by --config-name: not carried, named with its line. A recipe's own trainer is refused."""
+    a multi-turn one) by --config-name: not carried, named with its line. A recipe's own trainer is refused, saying
+    why it cannot run under rollout8 (the image has no `recipe` package; docs/import-corpus.md, "Recipe trainers")."""
     main_ppo = [n for n in CORPUS if trainer_module(outcome(n).launch) == "verl.trainer.main_ppo"]
     equal = [n for n in main_ppo if outcome(n).code == 0]
     assert len(main_ppo) >= 15 and len(equal) >= 13, (len(equal), len(main_ppo))
@@ -198,6 +199,7 @@ def test_every_main_ppo_script_imports_equal_unless_it_composes_another_hydra_co
     for name in set(CORPUS) - set(main_ppo):
         assert trainer_module(outcome(name).launch).startswith("recipe.")
         assert "a verl recipe's own trainer (python3 -m recipe." in outcome(name).err
+        assert "rollout8's image has no `recipe` package" in outcome(name).err
 
 
 def command_names() -> set[str]:
@@ -285,9 +287,52 @@ def table() -> str:
         lines.append(f"| {item['source']}{kind} | {module} | {what.replace('|', '/')} | {aside} |")
     corpus = len(CORPUS)
     equal = sum(outcome(n).code == 0 for n in CORPUS)
+    modules = [trainer_module(outcome(n).launch) or "-" for n in CORPUS]
+    recipes = {m: modules.count(m) for m in sorted(set(modules)) if m.startswith("recipe.")}
+    main_ppo = modules.count("verl.trainer.main_ppo")
     lines += ["", f"Corpus (GRPO/DAPO/PPO with vLLM): {corpus} scripts, {equal} imported with equal overrides "
               f"({100 * equal // corpus}%); of the {len(SCRIPTS) - corpus} outside it, every one refused in one "
-              "line."]
+              f"line. {sum(recipes.values())} launch a verl recipe's own trainer and are refused (below): the most "
+              f"this corpus can import at the pin is its {main_ppo} `verl.trainer.main_ppo` scripts "
+              f"({100 * main_ppo // corpus}%), under issue 44's 90%."]
+    lines += ["", "## Recipe trainers", "",
+              "A script that launches a verl recipe's own trainer (`python3 -m recipe.<name>.main_*`) is refused on "
+              "purpose: none of them can run under rollout8 at the pin, so a spec for one would describe a job that "
+              "cannot start. Read in verl 51d2104:",
+              "",
+              "- **No recipe in the image.** The image installs verl as the wheel built from the pinned commit "
+              "(docker/Dockerfile, stack-build stage 5). verl's setup.py packages `find_packages()`, and recipe/ has "
+              "no `__init__.py`, so the wheel holds `verl/` (and `scripts/`, `tests/`) but no `recipe` package "
+              "(checked by building the wheel at the pin; `tests/image/test_stack.py` holds the image to it). A "
+              "recipe's hydra config also finds `ppo_trainer` through `file://verl/trainer/config`, relative to the "
+              "working directory: only a verl source checkout as the working directory satisfies it, and the image "
+              "holds none.",
+              f"- `recipe.dapo.main_dapo` ({recipes.get('recipe.dapo.main_dapo', 0)} scripts): `RayDAPOTrainer.fit` "
+              "calls `self.async_rollout_manager.generate_sequences` unconditionally, and verl creates that manager "
+              "only with `actor_rollout_ref.rollout.mode=async`; FlashRL patches only `vllm.LLM`, the sync rollout "
+              "rollout8 renders (stack facts, trap 1). Even with the recipe in the image, DAPO with int8 rollouts "
+              "fails at its first rollout in sync mode, or silently rolls out in bf16 in async mode. Its reward "
+              "shaping is verl's own (`reward_model.reward_manager=dapo`; `main_ppo` passes "
+              "`reward_model.reward_kwargs.*`, e.g. `max_resp_len` and `overlong_buffer_cfg`, to it) and its clip "
+              "and loss settings are actor keys of ppo_trainer, so those can be written into a `main_ppo` spec by hand "
+              "(the reward kwargs as `+reward_model.reward_kwargs.*` adds, which `check` today wrongly warns verl "
+              "ignores); dynamic sampling (`algorithm.filter_groups.*`) exists only in `RayDAPOTrainer`. rollout8 "
+              "has not run that combination.",
+              f"- `recipe.one_step_off_policy.main_ppo` ({recipes.get('recipe.one_step_off_policy.main_ppo', 0)}): "
+              "rollout workers of its own, separate from the actor, with their own weight sync (NCCL broadcast, its "
+              "`fsdp_workers.py`): a path not proven with FlashRL's patched `load_weights`.",
+              f"- `recipe.r1_ascend.main_ppo` ({recipes.get('recipe.r1_ascend.main_ppo', 0)}): runs on its own "
+              "patched copies of vLLM v0.9.1, vllm-ascend 8c7bc45 and MindSpeed f6688 copied into the verl tree "
+              "(its README, its own Dockerfile): another stack than the lock's.",
+              f"- `recipe.transfer_queue.main_ppo` ({recipes.get('recipe.transfer_queue.main_ppo', 0)}): needs the "
+              "TransferQueue package (verl's `transferqueue` extra, a git dependency), which the lock does not "
+              "carry.",
+              "",
+              "Carrying a recipe would take all of: the image copying the pinned recipe/ tree and the launch running "
+              "it from a verl source tree; a spec field naming the trainer module, rendered into launch.sh, with "
+              "`check` validating keys against that recipe's own config (`algorithm.filter_groups.*`, "
+              "`reward_model.overlong_buffer.*`); and for each recipe, its trainer proven with FlashRL's sync "
+              "rollout. The refusal's reasons live in `rollout8.commands.import` (`NO_RECIPE`, `RECIPE_TRAINERS`)."]
     return "\n".join(lines) + "\n"
 
 

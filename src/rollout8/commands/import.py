@@ -54,6 +54,29 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+# Why a recipe trainer of verl at the pin cannot run under rollout8, beyond what holds for all of them (NO_RECIPE):
+# read in verl 51d2104's recipe/ (docs/import-corpus.md, "Recipe trainers").
+NO_RECIPE = "rollout8's image has no `recipe` package (verl's wheel at the pin leaves recipe/ out: it has no " \
+            "__init__.py)"
+RECIPE_TRAINERS = {
+    "recipe.dapo.main_dapo": "RayDAPOTrainer.fit generates only through the async rollout manager "
+                             "(rollout.mode=async), while FlashRL patches only the sync rollout",
+    "recipe.one_step_off_policy.main_ppo": "it syncs weights into rollout workers of its own (its fsdp_workers.py), "
+                                           "a path not proven with FlashRL",
+    "recipe.r1_ascend.main_ppo": "it runs on its own patched copies of vLLM v0.9.1, vllm-ascend 8c7bc45 and "
+                                 "MindSpeed f6688 (its README), not the lock's",
+    "recipe.transfer_queue.main_ppo": "it needs the TransferQueue package (verl's `transferqueue` extra), which the "
+                                      "lock does not carry",
+}
+
+
+def recipe_refusal(reason: str) -> str:
+    """Why the recipe trainer named in `reason` ("... (python3 -m recipe.x.main_y)") cannot run under rollout8."""
+    module = reason.rpartition(" ")[2].rstrip(")")
+    extra = RECIPE_TRAINERS.get(module)
+    return f"{NO_RECIPE}; and {extra}" if extra else NO_RECIPE
+
+
 def not_a_launch(script: str, reading) -> str | None:
     """One line for a script that launches something else than the RL trainer (SFT, torchrun, only Ray)."""
     trainer = "launches the GRPO/PPO trainer `python3 -m verl.trainer.main_ppo`"
@@ -61,7 +84,7 @@ def not_a_launch(script: str, reading) -> str | None:
         item = reading.launches[0]
         if item.reason.startswith(RECIPE):  # an RL launch, but of another trainer and config than verl's own
             return f"{script}: {item.reason} at {item.file}:{item.line}: rollout8 {trainer} with its ppo_trainer " \
-                   "config, not a recipe's"
+                   f"config, not a recipe's: {recipe_refusal(item.reason)}"
         return f"{script}: {item.reason} at {item.file}:{item.line}, not an RL launch: rollout8 {trainer}"
     if reading.ray_helpers:
         seen = ", ".join(dict.fromkeys(item.reason for item in reading.ray_helpers))
