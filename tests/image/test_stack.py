@@ -86,3 +86,16 @@ def test_imports_on_npu(npu_stack, npu_device, module):
 @pytest.mark.npu
 def test_vllm_ascend_custom_kernels_load(npu_stack, npu_device):
     importlib.import_module("vllm_ascend.vllm_ascend_C")
+
+
+def test_the_image_carries_no_verl_recipe(npu_stack):
+    """`rollout8 import` refuses a verl recipe's own trainer (`python3 -m recipe.dapo.main_dapo`, ...) first of all
+    because the image cannot run one: verl's wheel at the pin leaves recipe/ out (it has no __init__.py, so
+    setup.py's find_packages skips it). If the image ever carries the recipes, the refusal's reason
+    (rollout8.commands.import NO_RECIPE) and docs/import-corpus.md must change with it."""
+    import importlib.util
+    from importlib import metadata
+
+    assert importlib.util.find_spec("recipe") is None, "a `recipe` package is importable: update the importer"
+    files = [str(f) for f in metadata.files("verl") or []]
+    assert files and not [f for f in files if f.startswith("recipe/")], "verl's wheel now carries recipe/"
