@@ -365,6 +365,49 @@ def test_explain_lists_every_field_and_rule(capsys):
         assert text in out
 
 
+def test_reward_kwargs_the_reward_manager_takes_are_read_not_ignored(raw, run_dir):
+    """verl 51d2104's main_ppo passes reward_model.reward_kwargs to the reward manager's __init__ (reward.py,
+    load_reward_manager): the dapo manager takes max_resp_len and overlong_buffer_cfg; naive takes none (TypeError)."""
+    def verl_key_findings():
+        return {f.field: (f.level, f.message) for f in findings(raw, run_dir) if f.rule == "verl-key"}
+
+    raw["verl"].update({"reward_model.reward_manager": "dapo",
+                        "+reward_model.reward_kwargs.max_resp_len": 1024,
+                        "+reward_model.reward_kwargs.overlong_buffer_cfg.enable": True,
+                        "+reward_model.reward_kwargs.overlong_buffer_cfg.len": 512,
+                        "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor": 1.0,
+                        "+reward_model.reward_kwargs.overlong_buffer_cfg.log": False})
+    assert verl_key_findings() == {}, "the dapo reward manager reads every one of these"
+    raw["verl"]["+reward_model.reward_kwargs.overlong_buffer_cfg.lenght"] = 512  # not read by DAPORewardManager
+    [(level, message)] = verl_key_findings().values()
+    assert level == "warning" and "lenght will be ignored" in message
+    del raw["verl"]["+reward_model.reward_kwargs.overlong_buffer_cfg.lenght"]
+    raw["verl"]["+reward_model.reward_kwargs.max_response_len"] = 1024  # DAPORewardManager.__init__ takes no such
+    [(level, message)] = verl_key_findings().values()
+    assert level == "error" and "'dapo' reward manager" in message and "TypeError" in message
+    del raw["verl"]["+reward_model.reward_kwargs.max_response_len"]
+    raw["verl"]["reward_model.reward_manager"] = "batch"  # any name: passed on to compute_score
+    raw["verl"]["+reward_model.reward_kwargs.judge_url"] = "http://judge"
+    assert verl_key_findings() == {}
+    del raw["verl"]["reward_model.reward_manager"]  # verl's default, naive: takes no reward_kwargs at all
+    errs = verl_key_findings()
+    assert len(errs) == 6 and all(level == "error" and "'naive' reward manager" in message
+                                  for level, message in errs.values()), errs
+
+
+def test_custom_reward_kwargs_are_read_with_a_custom_reward(raw, run_dir, tmp_path):
+    """get_custom_reward_fn (verl/trainer/ppo/reward.py at the pin) merges custom_reward_function.reward_kwargs into
+    every call of the custom compute_score; without a custom reward file nothing reads them."""
+    raw["verl"]["+custom_reward_function.reward_kwargs.scale"] = 2.0
+    warned = [f for f in findings(raw, run_dir, "warning") if f.rule == "verl-key"]
+    assert len(warned) == 1 and "ignored" in warned[0].message
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):\n"
+                      "    return 0.0\n")
+    raw["data"]["reward"] = str(reward)
+    assert [f for f in findings(raw, run_dir) if f.rule == "verl-key"] == []
+
+
 @pytest.mark.skipif(not __import__("rollout8.runspec.verl_keys").runspec.verl_keys.hydra_available(),
                     reason="hydra-core is not installed")
 def test_verl_keys_checked_by_hydra_when_verl_is_installed(raw, run_dir, tmp_path, monkeypatch):
@@ -383,6 +426,12 @@ def test_verl_keys_checked_by_hydra_when_verl_is_installed(raw, run_dir, tmp_pat
     assert set(errs) == {"verl.trainer.n_gpu_per_node", "verl.+trainer.total_epochs"}
     assert str(config_dir) in errs["verl.trainer.n_gpu_per_node"]
     assert "did you mean trainer.n_gpus_per_node?" in errs["verl.trainer.n_gpu_per_node"]
+    del raw["verl"]["trainer.n_gpu_per_node"], raw["verl"]["+trainer.total_epochs"]
+    raw["verl"]["+reward_model.reward_kwargs.max_resp_len"] = 1024  # hydra composes it; naive takes no kwargs
+    [err] = errors(raw, run_dir, "verl-key")
+    assert "'naive' reward manager" in err.message
+    raw["verl"]["reward_model.reward_manager"] = "dapo"
+    assert [f for f in findings(raw, run_dir) if f.rule == "verl-key"] == []
 
 
 def test_shared_dir_without_checkpoints_warns(raw, tmp_path, capsys):

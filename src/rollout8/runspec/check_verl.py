@@ -51,12 +51,14 @@ def check_verl_keys(c: Collector, spec: RunSpec, r: Rendered) -> None:
     user = [verl_keys.Override(*verl_keys.split_key(raw), value) for raw, value in spec.verl.items()]
     config_dir = verl_keys.installed_config_dir() if verl_keys.hydra_available() else None
     hydra = verl_keys.hydra_problems(user, config_dir) if config_dir and user else {}
+    manager = str(effective(r, "reward_model.reward_manager"))
+    custom_reward = effective(r, "custom_reward_function.path") not in (None, "", "null")
     for override in user:
         field = f"verl.{override.raw_key}"
         value = verl_keys.value_problem(override)
         if value:
             c.error("verl-value", field, value)
-        problem = verl_keys.key_problem(override)
+        problem = verl_keys.key_problem(override, manager, custom_reward)
         if override.key in verl_keys.REMOVED_KEYS:
             c.error("verl-key", field, problem[1])
         elif config_dir is not None:
@@ -64,8 +66,9 @@ def check_verl_keys(c: Collector, spec: RunSpec, r: Rendered) -> None:
                 hint = verl_keys.suggest(override.key)
                 c.error("verl-key", field, f"verl at {config_dir} refuses it: {hydra[override.raw_key]}"
                         + (f"; did you mean {hint}?" if hint and not verl_keys.exists(override.key) else ""))
-            elif problem and problem[0] == "warning":
-                c.warning("verl-key", field, problem[1])
+            elif problem and (problem[0] == "warning" or verl_keys.reward_kwargs_problem(override, manager)):
+                # hydra composes any '+' add; what the reward manager then refuses is verl's, not hydra's
+                getattr(c, problem[0])("verl-key", field, problem[1])
         elif problem:
             getattr(c, problem[0])("verl-key", field, problem[1])
 

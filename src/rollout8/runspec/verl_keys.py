@@ -48,6 +48,63 @@ VLLM_SAMPLING_PARAMS = frozenset({
     "temperature", "top_k", "top_p", "truncate_prompt_tokens"})
 
 
+# verl's main_ppo passes reward_model.reward_kwargs to the reward manager as keyword arguments
+# (verl/trainer/main_ppo.py at the pin: `load_reward_manager(config, tokenizer, num_examine=0,
+# **config.reward_model.get("reward_kwargs", {}))`; verl/trainer/ppo/reward.py hands them to the class named by
+# reward_model.reward_manager). Which names each built-in manager's __init__ takes at the pin, beyond what
+# load_reward_manager passes itself; None: any (BatchRewardManager keeps **reward_kwargs and passes them to
+# compute_score). A name the class does not take stops verl at start (TypeError: unexpected keyword argument).
+# A manager not listed here is the user's own (registered by the custom reward file): its names are its own.
+REWARD_KWARGS = "reward_model.reward_kwargs"
+REWARD_MANAGER_KWARGS: dict[str, frozenset[str] | None] = {
+    "naive": frozenset(),  # verl/workers/reward_manager/naive.py
+    "prime": frozenset(),  # prime.py
+    "dapo": frozenset({"max_resp_len", "overlong_buffer_cfg"}),  # dapo.py
+    "batch": None,  # batch.py
+    # verl/experimental/reward/reward_loop/limited.py
+    "rate_limited": frozenset({"reward_router_address", "reward_model_tokenizer"}),
+}
+# custom_reward_function.reward_kwargs: verl/trainer/ppo/reward.py's get_custom_reward_fn wraps the user's
+# compute_score with them (any names, merged into every call), only when custom_reward_function.path is set.
+CUSTOM_REWARD_KWARGS = "custom_reward_function.reward_kwargs"
+# What DAPORewardManager reads of overlong_buffer_cfg (dapo.py at the pin, attribute access): anything else is ignored.
+DAPO_OVERLONG_FIELDS = frozenset({"enable", "len", "penalty_factor", "log"})
+
+
+def reward_kwargs_problem(override: Override, reward_manager: str) -> tuple[str, str] | None:
+    """(level, message) for a '+'/'++' add under reward_model.reward_kwargs that the reward manager verl loads does
+    not take (verl stops) or does not read (ignored); None if it reads it, or if the key is not under it."""
+    key = override.key
+    if override.op not in ("+", "++") or not (key == REWARD_KWARGS or key.startswith(REWARD_KWARGS + ".")):
+        return None
+    path = key[len(REWARD_KWARGS) + 1:].split(".") if key != REWARD_KWARGS else []
+    value = override.value
+    names = [path[0]] if path else list(value) if isinstance(value, dict) else []
+    if reward_manager not in REWARD_MANAGER_KWARGS or REWARD_MANAGER_KWARGS[reward_manager] is None:
+        return None
+    takes = REWARD_MANAGER_KWARGS[reward_manager]
+    refused = [name for name in names if name not in takes]
+    if refused:
+        accepted = ", ".join(sorted(takes)) if takes else "none"
+        return "error", (f"verl passes reward_model.reward_kwargs to the '{reward_manager}' reward manager as keyword "
+                         f"arguments, and it takes no {', '.join(map(str, refused))} (it takes: {accepted}): verl "
+                         "would stop at start (TypeError); remove it, or set reward_model.reward_manager to the one "
+                         "that takes it")
+    if reward_manager == "dapo":
+        if path[:1] == ["overlong_buffer_cfg"]:
+            fields = path[1:2] or (list(value) if isinstance(value, dict) else [])
+        elif not path and isinstance(value, dict) and isinstance(value.get("overlong_buffer_cfg"), dict):
+            fields = list(value["overlong_buffer_cfg"])
+        else:
+            fields = []
+        ignored = [f for f in fields if f not in DAPO_OVERLONG_FIELDS]
+        if ignored:
+            return "warning", (f"the dapo reward manager reads overlong_buffer_cfg's "
+                               f"{', '.join(sorted(DAPO_OVERLONG_FIELDS))} only: {', '.join(map(str, ignored))} "
+                               "will be ignored")
+    return None
+
+
 def sampling_param(key: str) -> str | None:
     """The SamplingParams field verl passes this rollout key to, or None."""
     if not key.startswith(ROLLOUT_PREFIX):
@@ -217,8 +274,11 @@ def suggest(key: str) -> str | None:
     return by_leaf[close[0]] if close else None
 
 
-def key_problem(override: Override) -> tuple[str, str] | None:
-    """(level, message) if hydra/verl would reject or silently ignore this override at the pin, else None."""
+def key_problem(override: Override, reward_manager: str = "naive",
+                custom_reward: bool = False) -> tuple[str, str] | None:
+    """(level, message) if hydra/verl would reject or silently ignore this override at the pin, else None.
+    reward_manager: the reward_model.reward_manager verl will load (what reward_kwargs are judged against);
+    custom_reward: custom_reward_function.path is set (its reward_kwargs are then read)."""
     op, key = override.op, override.key
     if key in REMOVED_KEYS:
         return "error", f"removed from verl at the pin. {REMOVED_KEYS[key]}"
@@ -240,6 +300,10 @@ def key_problem(override: Override) -> tuple[str, str] | None:
         return None
     if sampling_param(key):
         return None  # verl hands it to vLLM's SamplingParams (see VLLM_SAMPLING_PARAMS)
+    if key == REWARD_KWARGS or key.startswith(REWARD_KWARGS + "."):
+        return reward_kwargs_problem(override, reward_manager)  # main_ppo passes them to the reward manager
+    if (key == CUSTOM_REWARD_KWARGS or key.startswith(CUSTOM_REWARD_KWARGS + ".")) and custom_reward:
+        return None  # passed to the custom compute_score at every call
     leaf = _leaf_ancestor(key)
     if leaf is not None:
         return "error", (f"{leaf} is a value (default {json.dumps(default(leaf))}), not a mapping: "
