@@ -37,7 +37,7 @@ from rollout8.cli import main
 from rollout8.runspec.importer import canonical, differences, parse_override, rendered_overrides
 from rollout8.runspec.render import render
 from rollout8.runspec.runspec import load_spec
-from rollout8.runspec.shell_script import read_script
+from rollout8.runspec.shell_script import MEGATRON_CONFIG, OTHER_CONFIG, read_script
 from rollout8.runspec.shell_words import logical_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,6 +196,11 @@ def test_every_main_ppo_script_imports_equal_unless_it_composes_another_hydra_co
     assert len(main_ppo) >= 15 and len(equal) >= 13, (len(equal), len(main_ppo))
     for name in set(main_ppo) - set(equal):
         assert outcome(name).code == 1 and "hydra options --config-path" in outcome(name).err
+    megatron = "tests__special_npu__run_qwen2_5_05b_grpo_mindspeed.sh"
+    assert MEGATRON_CONFIG in outcome(megatron).err, outcome(megatron).err
+    assert "tests__special_npu__run_qwen2_5_05b_grpo.sh" in equal  # its FSDP twin, which the reason points to
+    multiturn = "examples__sglang_multiturn__run_qwen2.5-3b_gsm8k_multiturn_vllm_fsdp.sh"
+    assert OTHER_CONFIG in outcome(multiturn).err, outcome(multiturn).err
     for name in set(CORPUS) - set(main_ppo):
         assert trainer_module(outcome(name).launch).startswith("recipe.")
         assert "a verl recipe's own trainer (python3 -m recipe." in outcome(name).err
@@ -290,6 +295,7 @@ def table() -> str:
     modules = [trainer_module(outcome(n).launch) or "-" for n in CORPUS]
     recipes = {m: modules.count(m) for m in sorted(set(modules)) if m.startswith("recipe.")}
     main_ppo = modules.count("verl.trainer.main_ppo")
+    configs = [n for n in CORPUS if "hydra options --config-path" in outcome(n).err]
     lines += ["", f"Corpus (GRPO/DAPO/PPO with vLLM): {corpus} scripts, {equal} imported with equal overrides "
               f"({100 * equal // corpus}%); of the {len(SCRIPTS) - corpus} outside it, every one refused in one "
               f"line. {sum(recipes.values())} launch a verl recipe's own trainer and are refused (below): the most "
@@ -315,8 +321,9 @@ def table() -> str:
               "shaping is verl's own (`reward_model.reward_manager=dapo`; `main_ppo` passes "
               "`reward_model.reward_kwargs.*`, e.g. `max_resp_len` and `overlong_buffer_cfg`, to it) and its clip "
               "and loss settings are actor keys of ppo_trainer, so those can be written into a `main_ppo` spec by hand "
-              "(the reward kwargs as `+reward_model.reward_kwargs.*` adds, which `check` today wrongly warns verl "
-              "ignores); dynamic sampling (`algorithm.filter_groups.*`) exists only in `RayDAPOTrainer`. rollout8 "
+              "(the reward kwargs as `+reward_model.reward_kwargs.*` adds, which `check` accepts for the names the "
+              "chosen reward manager's `__init__` takes: the dapo manager's `max_resp_len` and `overlong_buffer_cfg`); "
+              "dynamic sampling (`algorithm.filter_groups.*`) exists only in `RayDAPOTrainer`. rollout8 "
               "has not run that combination.",
               f"- `recipe.one_step_off_policy.main_ppo` ({recipes.get('recipe.one_step_off_policy.main_ppo', 0)}): "
               "rollout workers of its own, separate from the actor, with their own weight sync (NCCL broadcast, its "
@@ -332,7 +339,38 @@ def table() -> str:
               "it from a verl source tree; a spec field naming the trainer module, rendered into launch.sh, with "
               "`check` validating keys against that recipe's own config (`algorithm.filter_groups.*`, "
               "`reward_model.overlong_buffer.*`); and for each recipe, its trainer proven with FlashRL's sync "
-              "rollout. The refusal's reasons live in `rollout8.commands.import` (`NO_RECIPE`, `RECIPE_TRAINERS`)."]
+              "rollout. The refusal's reasons live in `rollout8.commands.import` (`NO_RECIPE`, `RECIPE_TRAINERS`).",
+              "",
+              "## Other trainer configs",
+              "",
+              f"{len(configs)} `verl.trainer.main_ppo` scripts pick another hydra config with `--config-name`; the "
+              "line is not carried (exit 1, named with its line), and the reason says why:",
+              "",
+              "- **`ppo_megatron_trainer`** (tests/special_npu/run_qwen2_5_05b_grpo_mindspeed.sh): verl's own "
+              "Megatron config, in the verl wheel the image installs, and the image has Megatron-LM core_v0.12.1 and "
+              "MindSpeed 1cdd0ab (versions.lock.yaml, docker/Dockerfile stage 4). It is still not carried: "
+              "rollout8's render, `check` and its key table are verl's FSDP config `ppo_trainer`'s. Read in verl "
+              "51d2104, `_generated_ppo_megatron_trainer.yaml` has 482 keys, 121 of them not in ppo_trainer "
+              "(`actor_rollout_ref.actor.megatron.*` and the rest; its actor is `McoreActorConfig`), and check's "
+              "batch rules are the FSDP workers' (every rank a data-parallel rank; under Megatron the actor's "
+              "data-parallel size is the world over TP x PP x CP). And rollout8 has run FlashRL's int8 weight sync "
+              "with the FSDP actor only: the Megatron worker hands vLLM the same `update_weights` stream, but "
+              "through Megatron/MindSpeed's weight export, which no run here has exercised (the CPU tier runs the "
+              "FSDP actor). The script's FSDP twin, tests/special_npu/run_qwen2_5_05b_grpo.sh (the same run, "
+              "`strategy` fsdp), imports equal. Carrying it would take: a spec field naming verl's config "
+              "(allow-listed to the wheel's trainer configs), rendered as `--config-name`; check validating against "
+              "that config (a key table generated from the pin's `_generated_ppo_megatron_trainer.yaml`, hydra "
+              "composing it) with Megatron's parallel and batch rules; and FlashRL's sync proven through the "
+              "Megatron export on an NPU.",
+              "- **a config outside verl's wheel** (examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_vllm_"
+              "fsdp.sh: `--config-path=$PROJECT_DIR/examples/sglang_multiturn/config`, a verl source checkout as "
+              "the working directory): the image holds no verl source tree, and rollout8 composes ppo_trainer. "
+              "Carrying its settings as overrides would not make it the same run: it is a multi-turn tool rollout, "
+              "which verl at the pin runs in its agent loop (`verl/experimental/agent_loop/tool_agent_loop.py`, "
+              "the async rollout), not in the sync rollout FlashRL patches. The script also stops at `ulimit` and "
+              "`$(pwd)`.",
+              "",
+              "The reasons live in `rollout8.runspec.shell_script` (`MEGATRON_CONFIG`, `OTHER_CONFIG`)."]
     return "\n".join(lines) + "\n"
 
 

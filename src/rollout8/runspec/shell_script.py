@@ -49,6 +49,25 @@ OWNED_COMMANDS = {
 SET_ENV = "set_env.sh"
 RECIPE = "a verl recipe's own trainer"  # recipe/<name>/main_*.py: its own trainer class and hydra config
 GIVEN = "--env:0"  # where a variable given with --env / --env-file was set
+# Why a `--config-name` is not carried (docs/import-corpus.md, "Other trainer configs"): verl's Megatron config is in
+# the image's verl wheel with Megatron-LM and MindSpeed, but rollout8 renders and checks ppo_trainer only (read in
+# verl 51d2104: _generated_ppo_megatron_trainer.yaml has 121 keys ppo_trainer lacks, its actor is McoreActorConfig),
+# and rollout8 has run FlashRL's weight sync with the FSDP actor only.
+MEGATRON_CONFIG = ("verl's Megatron trainer config: rollout8 renders and checks verl's FSDP config ppo_trainer only, "
+                   "whose keys lack 121 of ppo_megatron_trainer's and whose batch rules are the FSDP workers', and "
+                   "has run FlashRL's int8 weight sync with the FSDP actor only, never through Megatron/MindSpeed's "
+                   "weight export; train with the FSDP actor, as tests/special_npu/run_qwen2_5_05b_grpo.sh does "
+                   "for this run")
+OTHER_CONFIG = ("rollout8 composes verl's ppo_trainer config, and a config outside verl's wheel is not in the image; "
+                "carry the settings as overrides")
+
+
+def config_options_reason(flags: list[str]) -> str:
+    """Why the trainer command's hydra options (--config-path, --config-name) are not carried, in one clause."""
+    name = next((f.split("=", 1)[1] for f in flags if f.startswith(("--config-name=", "-cn="))), "")
+    if name.strip("'\"").removesuffix(".yaml") == "ppo_megatron_trainer":
+        return MEGATRON_CONFIG
+    return OTHER_CONFIG
 
 
 @dataclass(frozen=True)
@@ -354,8 +373,7 @@ class ScriptReader:
         args = words[3:]
         flags = [a for a in args if a.startswith("-")]
         if flags:
-            self._drop(path, number, line, f"hydra options {' '.join(flags)} (rollout8 composes verl's "
-                       "ppo_trainer config; carry the settings as overrides)")
+            self._drop(path, number, line, f"hydra options {' '.join(flags)} ({config_options_reason(flags)})")
             args = [a for a in args if not a.startswith("-")]
         where = {name: shell.where.get(name, f"{path}:{number}") for name in env}
         where.update(dict.fromkeys(prefix, f"{path}:{number}"))
