@@ -283,13 +283,18 @@ def two_nodes(tmp_path: Path) -> dict[str, Path]:
             address = f"192.168.100.{theirs + device}"
             (answers[name] / str(device) / f"ping-{address}").write_text(PING_OK.format(d=device, a=address))
     (tmp_path / "version.info").write_text("Version=24.1.rc3\n")
+    # no training image on these nodes yet: npu.yml's probe of npu-smi as the container's user waits for the image play
+    docker = tmp_path / "node-b" / "bin" / "docker"
+    docker.write_text("#!/bin/sh\necho 'Error: No such image' >&2\nexit 1\n")
+    docker.chmod(0o755)
     a = tmp_path / "node-a" / "bin"
     (tmp_path / "hosts.ini").write_text(
         f"[head]\nnode-a rollout8_hccn_tool={a}/hccn_tool rollout8_npu_smi={a}/npu-smi\n[workers]\nnode-b\n"
         f"[cluster:children]\nhead\nworkers\n[cluster:vars]\nansible_connection=local\n"
         f"ansible_python_interpreter={sys.executable}\n")
     (tmp_path / "play.yml").write_text(
-        "- hosts: cluster\n  gather_facts: false\n  vars:\n    rollout8_plan: {npus_per_node: 2}\n"
+        "- hosts: cluster\n  gather_facts: false\n  vars:\n"
+        "    rollout8_plan: {accelerator: npu, npus_per_node: 2, image: 'rollout8:not-here'}\n"
         f"    rollout8_npu_driver_version_file: {tmp_path}/version.info\n  tasks:\n"
         "    - ansible.builtin.include_role: {name: preflight, tasks_from: npu}\n"
         "    - ansible.builtin.debug: {msg: \"ips {{ rollout8_npu_ips | join(',') }}\"}\n")
