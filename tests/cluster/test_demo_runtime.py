@@ -648,6 +648,74 @@ def test_npu_tools_outside_usr_local_bin_are_found_on_a_node_through_sudo(demo_j
     assert f"nor in /usr/local/bin, /usr/local/sbin, {NPU_TOOLS}" in text and "set rollout8_npu_smi" in text
 
 
+# The driver's group made on a node for the npu-smi probe test (HwHiAiUser), at a gid no simulated node uses.
+NPU_GROUP_GID = 4243
+# Stand-in for the driver's npu-smi, run in the probe container: the driver's refusal unless the caller's groups
+# hold the HwHiAiUser gid, as a driver whose devices and files are its group's (0660) refuses other users. The
+# refusal is the wording of issue reports of npu-smi without access to the driver (its dcmi library fails to
+# initialize: vllm-project/vllm-ascend#2698); its exit status is this stand-in's.
+FAKE_NPU_SMI = f"""#!/bin/sh
+for gid in $(id -G); do
+  if [ "$gid" = {NPU_GROUP_GID} ]; then
+    echo '+------------------------------------------------------------------------------------------------+'
+    echo '| npu-smi 24.1.rc3                 Version: 24.1.rc3                                             |'
+    echo '+------------------------------------------------------------------------------------------------+'
+    exit 0
+  fi
+done
+echo 'DrvMngGetConsoleLogLevel failed. (g_conLogLevel=3)'
+echo 'dcmi module initialize failed. ret is -8005'
+exit 1
+"""
+
+
+def probe_npu_smi(tmp_path, node: str) -> simcluster.Run:
+    """Preflight's probe (the runtime role's npu_probe.yml, as preflight includes it) on `node`: ssh through the
+    bastion as the login user, become root, accelerator npu, the training container's user (the inventory's
+    rollout8_container_user) and the driver's group knob at its default. A simulated node has no NPU devices: none
+    are given (npus_per_node 0, no common devices), and of the driver's files only npu-smi is mounted."""
+    book = tmp_path / "npu-probe.yml"
+    book.write_text(yaml.safe_dump([{"name": "probe", "hosts": node, "gather_facts": False, "become": True, "vars": {
+        "rollout8_plan": {"accelerator": "npu", "npus_per_node": 0, "image": simcluster.train_image()},
+        "rollout8_container_npu_common_devices": [],
+        "rollout8_container_npu_mounts": ["/usr/local/bin/npu-smi:/usr/local/bin/npu-smi:ro"]}, "tasks": [
+        {"name": "probe", "ansible.builtin.include_role": {"name": "runtime", "tasks_from": "npu_probe"}},
+        {"name": "show", "ansible.builtin.debug": {"msg": "PROBED {{ rollout8_npu_probe.summary }}"}}]}]))
+    return simcluster.run_playbook(simcluster.INVENTORY, simcluster.SHIPPED_SPEC, tmp_path / "work",
+                                   tmp_path / "facts", playbook=str(book), timeout=300)
+
+
+def test_npu_smi_refused_to_the_container_user_outside_the_drivers_group_is_named_with_the_fix(demo_job, tmp_path):
+    """Issue 43 item 5: preflight runs npu-smi info in a probe container made as the training container is (its
+    user, groups, devices and driver mounts). A stand-in npu-smi that refuses callers outside the HwHiAiUser group:
+    on a node without that group the node is refused naming the user, npu-smi's message and the fix; once the node
+    has the group, its gid is added to the container and the probe passes, reading the driver's version."""
+    node = "rollout8-sim-w2"
+    ids = f"{simcluster.NODE_UID}:{simcluster.NODE_UID}"
+    place = (f"mkdir -p {NPU_TOOLS} && cat > {NPU_TOOLS}/npu-smi && cp {NPU_TOOLS}/npu-smi {NPU_TOOLS}/hccn_tool && "
+             f"chmod 0755 {NPU_TOOLS}/*")  # hccn_tool: only there (the probe finds both tools, as preflight does)
+    subprocess.run(["docker", "exec", "-i", node, "sh", "-c", place], input=FAKE_NPU_SMI, text=True, check=True,
+                   timeout=120)
+    try:
+        refused = probe_npu_smi(tmp_path / "without", node)
+        text = one_line(refused.output).replace("''", "'")
+        assert refused.rc != 0, text[-3000:]
+        assert (f"{node}: npu-smi info fails in a probe container made as the training container is (user {ids}, "
+                "groups none, its devices and driver mounts): DrvMngGetConsoleLogLevel failed. (g_conLogLevel=3); "
+                "dcmi module initialize failed. ret is -8005. The node has no HwHiAiUser group (getent group "
+                "HwHiAiUser finds none)") in text, text[-3000:]
+        assert "set rollout8_npu_group to the group that owns /dev/davinci* here" in text, text[-3000:]
+        on_node(node, "groupadd", "-g", str(NPU_GROUP_GID), "HwHiAiUser")
+        passed = probe_npu_smi(tmp_path / "with", node)
+        text = one_line(passed.output).replace("''", "'")
+        assert passed.rc == 0, text[-3000:]
+        assert (f"PROBED npu-smi answers as the training container's user {ids} (groups {NPU_GROUP_GID}), NPU driver "
+                "24.1.rc3") in text, text[-3000:]
+    finally:
+        on_node(node, "rm", "-rf", "/usr/local/Ascend")
+        on_node(node, "groupdel", "HwHiAiUser", check=False)
+
+
 def nic_spec(tmp_path, nic: str):
     """The shipped demo spec naming cluster.network.nic (its relative paths made absolute)."""
     spec = yaml.safe_load(simcluster.SHIPPED_SPEC.read_text().replace("../../out/", f"{REPO}/out/"))
