@@ -51,8 +51,9 @@ def check_verl_keys(c: Collector, spec: RunSpec, r: Rendered) -> None:
     user = [verl_keys.Override(*verl_keys.split_key(raw), value) for raw, value in spec.verl.items()]
     config_dir = verl_keys.installed_config_dir() if verl_keys.hydra_available() else None
     hydra = verl_keys.hydra_problems(user, config_dir) if config_dir and user else {}
-    manager = str(effective(r, "reward_model.reward_manager"))
-    custom_reward = effective(r, "custom_reward_function.path") not in (None, "", "null")
+    rendered = r if r is not None else render(spec)
+    manager = str(effective(rendered, "reward_model.reward_manager"))
+    custom_reward = effective(rendered, "custom_reward_function.path") not in (None, "", "null")
     for override in user:
         field = f"verl.{override.raw_key}"
         value = verl_keys.value_problem(override)
