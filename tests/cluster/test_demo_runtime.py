@@ -674,6 +674,7 @@ def probe_npu_smi(tmp_path, node: str) -> simcluster.Run:
     bastion as the login user, become root, accelerator npu, the training container's user (the inventory's
     rollout8_container_user) and the driver's group knob at its default. A simulated node has no NPU devices: none
     are given (npus_per_node 0, no common devices), and of the driver's files only npu-smi is mounted."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     book = tmp_path / "npu-probe.yml"
     book.write_text(yaml.safe_dump([{"name": "probe", "hosts": node, "gather_facts": False, "become": True, "vars": {
         "rollout8_plan": {"accelerator": "npu", "npus_per_node": 0, "image": simcluster.train_image()},
