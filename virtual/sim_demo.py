@@ -142,6 +142,15 @@ def forget_a_run_the_nodes_do_not_know(spec: Path) -> None:
         clear_demo_runs()
 
 
+def finished_under_an_earlier_version(output: str, name: str) -> bool:
+    """Whether train.yml refused the demo's run `name` because its checkpoints already hold its last step: the run
+    finished under an earlier version of the demo (another image or spec, so another plan the head has no record
+    of), and launch refused it with nothing submitted (roles/launch, "Something is left to train")."""
+    said = " ".join(output.split())
+    return bool(re.search(rf"run {re.escape(name)}: its latest checkpoint is step \d+ \(.*\), at or past "
+                          r"trainer\.total_training_steps \d+: .* Nothing was submitted\.", said))
+
+
 def demo(*playbook_args: str) -> int:
     """`make demo`: the cluster up, the shipped tiny-cpu spec through ansible/train.yml, the verdict."""
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
@@ -156,6 +165,16 @@ def demo(*playbook_args: str) -> int:
                                                                        "rollout8_verify_follow=true"))):
         run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime, *args,
                            *playbook_args, timeout=3600, stream=True, controller=controller)
+        name = yaml.safe_load(spec.read_text())["name"]
+        if step == "train.yml" and run.rc != 0 and finished_under_an_earlier_version(run.output, name):
+            # the demo's own run, finished by an earlier version of this checkout (`git pull`, then `make demo`
+            # on the same cluster): its checkpoints hold nothing left to train. It starts anew, once; a user's
+            # runs on the shared directory are never touched (clear_demo_runs).
+            print(f">> the demo's run {name} trained all its steps under an earlier version of the demo: starting it "
+                  "anew (its checkpoints on the shared directory removed)", file=sys.stderr)
+            clear_demo_runs()
+            run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime, *args,
+                               *playbook_args, timeout=3600, stream=True, controller=controller)
         if run.rc != 0:
             print(f"demo: ansible-playbook {step} failed (exit {run.rc}); its output is in "
                   f"{(DEMO_WORK / 'last-playbook.log').relative_to(REPO)}", file=sys.stderr)
