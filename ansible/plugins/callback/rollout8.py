@@ -84,7 +84,7 @@ class CallbackModule(DefaultCallback):
             bound = int(task.async_val or 0)
         except (TypeError, ValueError):  # a template Ansible has not resolved yet
             bound = 0
-        self._running = (task.get_name().strip(), time.monotonic(), bound)
+        self._running = ((task.name or task.get_name()).strip(), time.monotonic(), bound)  # as a retry's line names it
         return super().v2_playbook_on_task_start(task, is_conditional)
 
     def v2_runner_on_async_poll(self, result):
