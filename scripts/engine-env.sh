@@ -47,6 +47,11 @@ if [ -n "${ENGINE_WHEELHOUSE:-}" ]; then pip_src=(--no-index --find-links "$ENGI
 PY=$ENGINE_VENV/bin/python
 pip() { "$PY" -m pip --disable-pip-version-check "$@"; }
 
+# One build at a time (CI starts one in the background; `make test-engine` may ask while it runs): the second
+# waits for the first, then finds the venv up to date.
+mkdir -p "$(dirname "$ENGINE_VENV")"
+exec 9>"$ENGINE_VENV.lock"
+flock 9
 if [ -f "$ENGINE_VENV/.engine-key" ] && [ "$(cat "$ENGINE_VENV/.engine-key")" = "$key" ]; then
   echo ">> engine venv $ENGINE_VENV is up to date (key $key)"
 else
