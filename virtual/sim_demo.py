@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -158,14 +159,15 @@ def demo(*playbook_args: str) -> int:
     runtime = image_args()
     spec = demo_spec()
     forget_a_run_the_nodes_do_not_know(spec)
+    name = yaml.safe_load(spec.read_text())["name"]
     controller = controller_venv()  # as a jump host: ansible-core and the rollout8 CLI, no torch, no models
     # As on a real cluster: train.yml returns once the job runs (a verl job: its first step logged); the verify
     # play, run later from another shell, shows where it stands; here it follows the job to its final verdict.
     for step, args in (("train.yml", ()), ("train.yml --tags verify", ("--tags", "verify", "-e",
                                                                        "rollout8_verify_follow=true"))):
-        run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime, *args,
-                           *playbook_args, timeout=3600, stream=True, controller=controller)
-        name = yaml.safe_load(spec.read_text())["name"]
+        play = partial(run_playbook, INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime, *args,
+                       *playbook_args, timeout=3600, stream=True, controller=controller)
+        run = play()
         if step == "train.yml" and run.rc != 0 and finished_under_an_earlier_version(run.output, name):
             # the demo's own run, finished by an earlier version of this checkout (`git pull`, then `make demo`
             # on the same cluster): its checkpoints hold nothing left to train. It starts anew, once; a user's
@@ -173,8 +175,7 @@ def demo(*playbook_args: str) -> int:
             print(f">> the demo's run {name} trained all its steps under an earlier version of the demo: starting it "
                   "anew (its checkpoints on the shared directory removed)", file=sys.stderr)
             clear_demo_runs()
-            run = run_playbook(INVENTORY, spec, DEMO_WORK, DEMO_WORK / "facts", *runtime, *args,
-                               *playbook_args, timeout=3600, stream=True, controller=controller)
+            run = play()
         if run.rc != 0:
             print(f"demo: ansible-playbook {step} failed (exit {run.rc}); its output is in "
                   f"{(DEMO_WORK / 'last-playbook.log').relative_to(REPO)}", file=sys.stderr)
