@@ -10,7 +10,9 @@ prefix of is packed from that size on; one it lacks, or has more of than there i
 replaced), is packed whole. `dest` is a gzip'd tar of those parts, named by their relative paths, and the member
 `.rollout8-delta.json` says where each part starts ({path: offset}); `rollout8 collect-merge` appends them on the
 controller. A file that grows while it is packed is packed up to the size it had when listed (the rest comes next
-time). Returns `files` (parts packed), `bytes` (their size, what is sent before compression) and `total` (the size
+time); one that shrinks meanwhile (truncated or rotated under the collection) is packed up to what could be read, so
+the archive stays whole, and one that became shorter than the controller's copy is left for the next collection,
+which then sends it whole. Returns `files` (parts packed), `bytes` (their size, what is sent before compression) and `total` (the size
 of every file considered). `changed` is always false: the node's logs are only read.
 """
 
@@ -19,11 +21,13 @@ import io
 import json
 import os
 import tarfile
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 MANIFEST = ".rollout8-delta.json"
+SPOOL_IN_MEMORY = 8 << 20  # a part larger than this is staged in a file beside dest
 
 
 def candidates(root, subdir, since):
@@ -43,6 +47,35 @@ def candidates(root, subdir, since):
     return out
 
 
+def add_part(tar, path, rel, start, wanted, spool_dir):
+    """Add at most `wanted` bytes of `path` from `start` as member `rel`; return how many were added. The bytes are
+    staged first: tarfile writes a member's size before its data, and a file truncated between listing and reading
+    would otherwise end the member early and break the archive ("unexpected end of data")."""
+    try:
+        handle = open(path, "rb")
+    except OSError:
+        return 0
+    with handle, tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY, dir=spool_dir) as part:
+        handle.seek(start)
+        left = wanted
+        while left > 0:
+            chunk = handle.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            part.write(chunk)
+            left -= len(chunk)
+        length = wanted - left
+        if not length:
+            return 0
+        part.seek(0)
+        info = tarfile.TarInfo(rel)
+        info.size = length
+        info.mtime = int(time.time())
+        info.mode = 0o644
+        tar.addfile(info, part)
+    return length
+
+
 def pack(root, subdir, since, have, dest):
     offsets, sent, total = {}, 0, 0
     tmp = dest + ".tmp"
@@ -54,19 +87,11 @@ def pack(root, subdir, since, have, dest):
                 start = 0
             if start == size:
                 continue
-            try:
-                handle = open(os.path.join(root, rel), "rb")
-            except OSError:
-                continue
-            with handle:
-                handle.seek(start)
-                info = tarfile.TarInfo(rel)
-                info.size = size - start
-                info.mtime = int(time.time())
-                info.mode = 0o644
-                tar.addfile(info, handle)
+            length = add_part(tar, os.path.join(root, rel), rel, start, size - start, os.path.dirname(dest))
+            if not length:
+                continue  # gone, or now shorter than the controller's copy: sent whole next time
             offsets[rel] = start
-            sent += size - start
+            sent += length
         manifest = json.dumps(offsets, sort_keys=True).encode("utf-8")
         info = tarfile.TarInfo(MANIFEST)
         info.size = len(manifest)

@@ -5,6 +5,7 @@ round is checked byte for byte against the node's files, and what was packed is 
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -96,3 +97,42 @@ def test_a_member_outside_the_directory_is_refused(tmp_path):
     with pytest.raises(Rollout8Error, match="is not a log part of this collection"):
         merge(archive, tmp_path / "copies")
     assert not (tmp_path / "escape").exists()
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("rollout8_log_delta", MODULE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("spool", [1 << 30, 1024], ids=["in-memory", "staged-on-disk"])
+def test_a_log_truncated_between_listing_and_packing_leaves_a_whole_archive(tmp_path, monkeypatch, spool):
+    """Seen in CI: a worker's log shrank while verify packed it and the pack failed ("unexpected end of data"),
+    failing verify. Here the listing still gives the old sizes while the files are already shorter."""
+    module = load_module()
+    monkeypatch.setattr(module, "SPOOL_IN_MEMORY", spool, raising=False)
+    session = tmp_path / "session_latest"
+    logs = session / "logs"
+    logs.mkdir(parents=True)
+    shrunk, short, steady = logs / "worker.err", logs / "rotated.out", logs / "raylet.out"
+    for path in (shrunk, short, steady):
+        path.write_bytes(b"x" * 10_000)
+    listed = module.candidates(str(session), "logs", 0)
+    shrunk.write_bytes(b"y" * 3_000)  # shorter than listed, longer than the controller's copy
+    short.write_bytes(b"z" * 10)  # shorter than the controller's copy: left for next time
+    monkeypatch.setattr(module, "candidates", lambda root, subdir, since: listed)
+    copies = tmp_path / "copies"
+    (copies / "logs").mkdir(parents=True)
+    (copies / "logs" / "worker.err").write_bytes(b"y" * 1_000)
+    (copies / "logs" / "rotated.out").write_bytes(b"z" * 100)
+    dest = tmp_path / "delta.tar.gz"
+    result = module.pack(str(session), "logs", 0, sizes(copies), str(dest))
+    assert (result["files"], result["bytes"]) == (2, 2_000 + 10_000)
+    merge(dest, copies)
+    assert (copies / "logs" / "worker.err").read_bytes() == shrunk.read_bytes()
+    assert (copies / "logs" / "raylet.out").read_bytes() == steady.read_bytes()
+    assert (copies / "logs" / "rotated.out").read_bytes() == b"z" * 100  # untouched this time
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copies", "delta.tar.gz", "session_latest"]  # no leftovers
+    nxt = pack(tmp_path, session, sizes(copies), 0)
+    assert (nxt["files"], nxt["bytes"]) == (1, 10)  # the rotated log, whole
