@@ -13,6 +13,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from rollout8.results import communicator
@@ -154,3 +156,33 @@ def test_lines_ray_folded_or_reordered_in_the_driver_log_are_read_from_the_worke
     assert [(g.world, g.joined) for g in groups] == [(3, [0, 1, 2])]
     progress = read_progress(job / "driver.log", now=1e6, npus_per_node=1)
     assert progress.joined == "3 of 3" and progress.communicator == []
+
+
+def test_no_reminder_is_said_after_the_call_failed(monkeypatch):
+    """Seen as a flaky failure of the test above: a reminder due just as the group's timeout ended was said after `failed`, so a rank's last word
+    read `still-waiting`. Here the call fails while a reminder is being said; the order must stay waiting,
+    still-waiting, failed (`_say` records when it is done, as a line written while another is written)."""
+    from rollout8.node import communicator as node
+
+    monkeypatch.setenv(node.WARN_ENV, "0.01")
+    said, reminding = [], threading.Event()
+
+    def say(state, fields, started, extra=""):
+        if state == "still-waiting":
+            reminding.set()
+            time.sleep(0.2)
+        said.append(state)
+
+    monkeypatch.setattr(node, "_say", say)
+
+    def init_process_group(**kwargs):
+        assert reminding.wait(10)
+        raise RuntimeError("Connection closed by peer")
+
+    watched = node.wrap(init_process_group)
+    try:
+        watched(backend="gloo", rank=0, world_size=2)
+    except RuntimeError:
+        pass
+    time.sleep(0.3)  # any reminder still due would be said by now
+    assert said == ["waiting", "still-waiting", "failed"], said

@@ -89,21 +89,28 @@ def wrap(init_process_group):
         joined = threading.Event()
         _say("waiting", fields, started)
 
+        said = threading.Lock()  # no still-waiting after joined or failed: a reminder due as the call ends is dropped
+
         def remind() -> None:
             for _ in range(MAX_REMINDERS):
                 if joined.wait(_warn_s()):
                     return
-                _say("still-waiting", fields, started)
+                with said:
+                    if joined.is_set():
+                        return
+                    _say("still-waiting", fields, started)
 
         threading.Thread(target=remind, name="rollout8-communicator", daemon=True).start()
         try:
             result = init_process_group(*args, **kwargs)
         except BaseException as exc:
-            joined.set()
-            _say("failed", fields, started, f" error={type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+            with said:
+                joined.set()
+                _say("failed", fields, started, f" error={type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
             raise
-        joined.set()
-        _say("joined", fields, started)
+        with said:
+            joined.set()
+            _say("joined", fields, started)
         return result
 
     watched.rollout8_watched = True
