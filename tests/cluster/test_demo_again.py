@@ -1,0 +1,50 @@
+"""`make demo`, `make demo-down`, `make demo` (issue 46 item 0): the demo repeats from new nodes, its run starting
+anew, instead of being refused because the shared directory still held the first run's checkpoint at its last step.
+
+The first file of the cluster tier (pytest takes files in name order), so the tests after it reuse the cluster its
+last `make demo` leaves up, as the tier reuses the demo's cluster. In CI the README's own `make demo` has just run:
+the first step here is then its warm re-run (about a minute), and the new nodes' demo carries the cost (the image
+loaded by three daemons again)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import yaml
+from conftest import REPO, docker_available
+
+STEPS = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())["verl"][
+    "trainer.total_training_steps"]
+NNODES = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())["cluster"]["nnodes"]
+
+
+def make(target: str) -> str:
+    proc = subprocess.run(["make", target], cwd=REPO, capture_output=True, text=True, timeout=3600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"make {target} failed (rc {proc.returncode}):\n{output[-6000:]}"
+    return output
+
+
+def sim_containers() -> list[str]:
+    return subprocess.run(["docker", "ps", "-a", "--filter", "label=rollout8.sim=1", "--format", "{{.Names}}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_demo_then_demo_down_then_demo_trains_anew_on_new_nodes():
+    reason = docker_available()
+    if reason:
+        pytest.skip(reason)
+    first = make("demo")
+    assert "verdict: int8 rollouts confirmed" in first, first[-4000:]
+
+    make("demo-down")
+    assert sim_containers() == [], "make demo-down left containers behind"
+
+    again = make("demo")
+    assert "nothing to train" not in again, again[-4000:]
+    assert "verdict: int8 rollouts confirmed" in again, again[-4000:]
+    # every rank synced the weights once per step: the run trained all its steps here, not resumed at the last one
+    syncs = re.findall(r"(\d+) rollout rank\(s\): (\d+) int8-patched.*?; (\d+) quantized sync\(s\)", again)
+    assert syncs and syncs[-1] == (str(NNODES), str(NNODES), str(NNODES * STEPS)), syncs
