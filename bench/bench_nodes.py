@@ -40,8 +40,8 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -134,9 +134,9 @@ def growth(times: dict[int, float]) -> dict[int, dict]:
     return out
 
 
-@dataclass(frozen=True)
-class Site:
-    """What the model of bare nodes -> first step reads (docs/benchmarks.md, "The cost of N nodes")."""
+class Site(NamedTuple):
+    """What the model of bare nodes -> first step reads (docs/benchmarks.md, "The cost of N nodes"). (A NamedTuple:
+    bench/run.py loads this file without registering it in sys.modules, which a dataclass needs.)"""
 
     plays_fixed_s: float  # the node-facing plays' fixed part (this bench's fit)
     plays_per_node_s: float  # their part per node (this bench's fit: an upper bound, the nodes share 2 cores here)
