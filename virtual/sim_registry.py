@@ -166,30 +166,73 @@ def stop(directory: Path = REGISTRY_DIR) -> None:
     (directory / "registry.pid").unlink(missing_ok=True)
 
 
-def push(source: str, ref: str, ca: Path, engine: str, stage: Path, compress: bool = False,
-         timeout: int = 3600) -> float:
-    """source (an image in engine's store: podman's or docker's) pushed to ref (registry/name:tag) by skopeo, trusting
-    the site CA. Returns the seconds it took. Layers the registry holds already are not sent.
+# Below this many bytes of layers the registry lacks, a push compresses them straight from the store (gzip -1 of a
+# few MB costs nothing); above, it stages them uncompressed (gzip -1 of GBs on 2 cores: minutes).
+DIRECT_PUSH_MAX_BYTES = 256 * 2**20
 
-    Uncompressed by default, the layers as the store holds them: no gzip on the controller's cores and none to undo
-    on the nodes'. `podman push` (and skopeo straight from the store) always compress for a registry, and skopeo's
-    --preserve-digests refuses a store's image ("would require changing layer representation"), so the image is
-    staged first as a `dir:` copy (uncompressed, the store's manifest and config: Docker gives it the same id) under
-    stage, pushed from there with --preserve-digests, and the copy removed. compress=True pushes straight from the
-    store with gzip at level 1 instead."""
+
+def push_mode(layers: list[tuple[str, int]], present: set[str], limit: int = DIRECT_PUSH_MAX_BYTES) -> str:
+    """"direct" (skopeo straight from the store, the missing layers gzip'd at level 1) when the registry lacks at
+    most limit bytes of the image's layers (digest, size), "staged" (uncompressed through a dir: copy) otherwise."""
+    missing = sum(size for digest, size in layers if digest not in present)
+    return "direct" if missing <= limit else "staged"
+
+
+def _source(source: str, engine: str) -> str:
+    if Path(engine).name != "podman":
+        return f"docker-daemon:{source}"
+    if "/" in source and not any(c in source.split("/")[0] for c in ".:"):
+        source = f"localhost/{source}"  # podman's name of a local image
+    return f"containers-storage:{source}"
+
+
+def _context(ca: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca))
+
+
+def present_blobs(ref: str, digests: list[str], ca: Path) -> set[str]:
+    """Which of digests the registry holds in ref's repository (HEAD on each blob)."""
+    host, _, rest = ref.partition("/")
+    name = rest.rsplit(":", 1)[0]
+    found = set()
+    for digest in digests:
+        req = urllib.request.Request(f"https://{host}/v2/{name}/blobs/{digest}", method="HEAD")
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=_context(ca)) as resp:
+                if resp.status == 200:
+                    found.add(digest)
+        except urllib.error.HTTPError as err:
+            if err.code != 404:
+                raise
+    return found
+
+
+def push(source: str, ref: str, ca: Path, engine: str, stage: Path, timeout: int = 3600) -> tuple[float, str]:
+    """source (an image in engine's store: podman's or docker's) pushed to ref (registry/name:tag) by skopeo, trusting
+    the site CA. Returns (seconds, how: push_mode's). Layers the registry holds already are not sent.
+
+    `podman push` (and skopeo straight from the store) always compress the layers for a registry, and skopeo's
+    --preserve-digests refuses a store's image ("would require changing layer representation"). So an image whose
+    layers the registry mostly lacks (a first push) is staged as a `dir:` copy (uncompressed, the store's manifest
+    and config: Docker gives it the same id), pushed from there with --preserve-digests and the copy removed: no
+    gzip of GBs on the controller's cores and none to undo on the nodes'. An update (the registry holds all but a
+    few MB) goes straight from the store, its new layers gzip'd at level 1: nothing staged."""
     certs = ca.parent / "skopeo-certs"  # skopeo's --dest-cert-dir reads *.crt as CAs
     certs.mkdir(exist_ok=True)
     (certs / "ca.crt").write_bytes(ca.read_bytes())
-    transport = "containers-storage:" if Path(engine).name == "podman" else "docker-daemon:"
-    if transport == "containers-storage:" and "/" in source and not any(c in source.split("/")[0] for c in ".:"):
-        source = f"localhost/{source}"  # podman's name of a local image
+    src = _source(source, engine)
     dest = ["--dest-cert-dir", str(certs), f"docker://{ref}"]
-    steps = [["--dest-compress-format", "gzip", "--dest-compress-level", "1", f"{transport}{source}", *dest]]
-    if not compress:
+    start_t = time.monotonic()
+    raw = subprocess.run(["skopeo", "inspect", "--raw", src], capture_output=True, text=True, timeout=600)
+    if raw.returncode != 0:
+        raise RuntimeError(f"skopeo inspect {src} failed: {raw.stderr.strip()[-400:]}")
+    layers = [(layer["digest"], int(layer.get("size", 0))) for layer in json.loads(raw.stdout)["layers"]]
+    how = push_mode(layers, present_blobs(ref, [d for d, _ in layers], ca))
+    steps = [["--dest-compress-format", "gzip", "--dest-compress-level", "1", src, *dest]]
+    if how == "staged":
         shutil.rmtree(stage, ignore_errors=True)
         stage.parent.mkdir(parents=True, exist_ok=True)
-        steps = [[f"{transport}{source}", f"dir:{stage}"], ["--preserve-digests", f"dir:{stage}", *dest]]
-    start_t = time.monotonic()
+        steps = [[src, f"dir:{stage}"], ["--preserve-digests", f"dir:{stage}", *dest]]
     try:
         for step in steps:
             proc = subprocess.run(["skopeo", "copy", "-q", *step], capture_output=True, text=True, timeout=timeout)
@@ -197,7 +240,7 @@ def push(source: str, ref: str, ca: Path, engine: str, stage: Path, compress: bo
                 raise RuntimeError(f"skopeo copy {' '.join(step[-2:])} failed: {proc.stderr.strip()[-600:]}")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return time.monotonic() - start_t
+    return time.monotonic() - start_t, how
 
 
 def manifest_config_digest(ref: str, ca: Path) -> str:
@@ -206,5 +249,5 @@ def manifest_config_digest(ref: str, ca: Path) -> str:
     name, _, tag = rest.rpartition(":")
     req = urllib.request.Request(f"https://{host}/v2/{name}/manifests/{tag}", headers={"Accept": ", ".join((
         "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"))})
-    with urllib.request.urlopen(req, timeout=30, context=ssl.create_default_context(cafile=str(ca))) as resp:
+    with urllib.request.urlopen(req, timeout=30, context=_context(ca)) as resp:
         return json.loads(resp.read())["config"]["digest"]

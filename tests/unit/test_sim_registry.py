@@ -60,3 +60,11 @@ def test_stop_without_a_registry_is_a_no_op(tmp_path: Path):
     (tmp_path / "registry.pid").write_text("1")  # pid 1 is not the registry: never signalled
     sim_registry.stop(tmp_path)
     assert not (tmp_path / "registry.pid").exists()
+
+
+def test_push_mode_stages_a_first_push_and_sends_an_update_straight():
+    layers = [("sha256:base", 6_500_000_000), ("sha256:stack", 40_000_000), ("sha256:bundle", 3_000_000)]
+    assert sim_registry.push_mode(layers, set()) == "staged"  # GBs: uncompressed, no gzip on 2 cores
+    assert sim_registry.push_mode(layers, {"sha256:base", "sha256:stack"}) == "direct"  # a few MB to gzip
+    assert sim_registry.push_mode(layers, {"sha256:stack", "sha256:bundle"}) == "staged"  # the big one is missing
+    assert sim_registry.push_mode(layers, {d for d, _ in layers}) == "direct"  # nothing to send
