@@ -21,7 +21,11 @@ play itself):
   on any node.
 Two rounds per size (one in quick mode), each on new nodes; every group keeps its best round (other work on this
 machine only adds).
-Play and task wall times come from bench/callback/rollout8_play_times.py. A failed play, or a re-run that changes
+Play and task wall times come from bench/callback/rollout8_play_times.py. Beside them, the CPU each run cost: the
+controller's (ansible-playbook, its workers, ssh with its control masters and ProxyJump clients, rsync: reaped
+descendants, this process being their subreaper) and the nodes' and bastion's (their cgroups). Wall time on a
+machine shared with other work moves with that work; CPU seconds much less, and they say where a cluster's time
+would go: the controller's part runs on its cores, each node's on its own. A failed play, or a re-run that changes
 anything, is an error, not a number. Every run starts with no ssh connection open (its own ControlPath directory).
 
 The run spec is the cluster tests' (virtual/sim_runs.prepare_run: configs/runs/tiny-cpu.yaml, the controller
@@ -295,13 +299,66 @@ def _close_masters(directory: Path) -> None:
                        timeout=20)
 
 
-def _timed(inventory: Path, spec: Path, work: Path, label: str, *args: str):
-    """One ansible-playbook run against the light nodes, timed play by play; a failure raises."""
+# A container's CPU time so far (ns), from its own cgroup: cgroup v1's cpuacct, else v2's cpu.stat.
+CPU_USAGE = ("cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null || "
+             "awk '/^usage_usec/ {printf \"%d\\n\", $2 * 1000}' /sys/fs/cgroup/cpu.stat")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _containers_cpu(names: list[str]) -> float:
+    """CPU seconds the containers have used so far (read in parallel, each bounded)."""
+    procs = [subprocess.Popen(["docker", "exec", name, "sh", "-c", CPU_USAGE], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for name in names]
+    total = 0
+    for name, proc in zip(names, procs, strict=True):
+        out, err = proc.communicate(timeout=60)
+        if proc.returncode != 0 or not out.strip().isdigit():
+            raise RuntimeError(f"{name}: its CPU time is not readable ({err.strip() or out.strip()})")
+        total += int(out)
+    return total / 1e9
+
+
+def _subreaper(on: bool) -> None:
+    """This process as the child subreaper (Linux): the ssh control masters a run forks off (ControlPersist) and
+    their ProxyJump clients are its descendants still, so their CPU counts in RUSAGE_CHILDREN once reaped."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+
+
+def _reap(seconds: float = 10.0) -> None:
+    """Wait for the orphaned descendants (the closed control masters) to end, bounded; each reaped one's CPU then
+    counts in RUSAGE_CHILDREN."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.1)
+
+
+def _controller_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(inventory: Path, spec: Path, work: Path, label: str, nodes: list[str], *args: str):
+    """One ansible-playbook run against the light nodes, timed play by play, with the CPU it cost the controller
+    (ansible-playbook, its workers, ssh and rsync, reaped) and the nodes and bastion (their cgroups); a failure
+    raises. Returns (run, plays, {"controller cpu": s, "nodes cpu": s})."""
     import sim_nodes
 
     times = work / f"{label}.times.json"
     control = work / f"cp-{label}"
     control.mkdir(parents=True)
+    containers = [BASTION, *nodes]
+    nodes_before = _containers_cpu(containers)
+    _reap(0)
+    before = _controller_cpu()
     with _environment(ANSIBLE_CALLBACK_PLUGINS=f"{REPO / 'ansible' / 'plugins' / 'callback'}:"
                                                f"{REPO / 'bench' / 'callback'}",
                       ANSIBLE_CALLBACKS_ENABLED="rollout8_play_times", ROLLOUT8_PLAY_TIMES=str(times),
@@ -311,10 +368,12 @@ def _timed(inventory: Path, spec: Path, work: Path, label: str, *args: str):
                                          "-e", json.dumps(EXTRA_VARS), *args, timeout=1800)
         finally:
             _close_masters(control)
+            _reap()
+    cpu = {"controller cpu": _controller_cpu() - before, "nodes cpu": _containers_cpu(containers) - nodes_before}
     (work / f"{label}.log").write_text(run.output)
     if run.rc != 0:
         raise RuntimeError(f"{label}: train.yml failed (rc {run.rc}): {run.failure()}")
-    return run, json.loads(times.read_text())
+    return run, json.loads(times.read_text()), cpu
 
 
 def bench(work_dir: Path) -> list[dict]:
@@ -334,6 +393,7 @@ def bench(work_dir: Path) -> list[dict]:
             into.setdefault(group, {})[n] = min(seconds, into.get(group, {}).get(n, math.inf))
 
     _down()
+    _subreaper(True)
     try:
         key, bastion, subnet = _site(work_dir, image)
         for n in SIZES:
@@ -342,23 +402,25 @@ def bench(work_dir: Path) -> list[dict]:
                 inventory = _nodes_up(names, image, work_dir, key, bastion, subnet)
                 spec = _spec(base, n)
                 if n == SIZES[0] and r == 0:  # the plan's FlashRL profile and verify-quant, made once, untimed
-                    _timed(inventory, spec, work_dir, "warm-up", "--tags", "always")
-                run, plays = _timed(inventory, spec, work_dir, f"{n}-{r}-first", "--tags", TAGS)
-                keep(first, n, group_times(plays, run.seconds))
-                rerun, plays = _timed(inventory, spec, work_dir, f"{n}-{r}-rerun", "--tags", TAGS)
+                    _timed(inventory, spec, work_dir, "warm-up", names, "--tags", "always")
+                run, plays, cpu = _timed(inventory, spec, work_dir, f"{n}-{r}-first", names, "--tags", TAGS)
+                keep(first, n, group_times(plays, run.seconds) | cpu)
+                rerun, plays, cpu = _timed(inventory, spec, work_dir, f"{n}-{r}-rerun", names, "--tags", TAGS)
                 changed = {host: v["changed"] for host, v in rerun.recap().items() if v["changed"]}
                 if changed:
                     raise RuntimeError(f"{n} node(s): the re-run changed {changed}: not idempotent")
                 if not set(names) <= set(rerun.recap()):
                     raise RuntimeError(f"{n} node(s): the re-run's recap names only {sorted(rerun.recap())}")
-                keep(again, n, group_times(plays, rerun.seconds))
+                keep(again, n, group_times(plays, rerun.seconds) | cpu)
                 print(f"bench_nodes: {n} node(s), round {r + 1}: first {run.seconds:.1f} s, re-run "
                       f"{rerun.seconds:.1f} s (load average {os.getloadavg()[0]:.1f})", flush=True)
                 _remove(names)  # the next round and size start from bare nodes
             print(f"bench_nodes: {n} node(s), best: " + ", ".join(f"{g} {first[g][n]:.1f}" for g in first)
-                  + f"; re-run {again['total'][n]:.1f} s", flush=True)
+                  + "; re-run: " + ", ".join(f"{g} {again[g][n]:.1f}" for g in again), flush=True)
     finally:
         _down()
+        _reap(5)
+        _subreaper(False)
     return rows(first, again)
 
 
@@ -370,8 +432,12 @@ ROW_GROUPS = (
     ("first", "reach", "preflight's all-pairs reachability", 2),
     ("first", "artifacts", "artifacts play, first (rsync and seal)", 1),
     ("first", "total", "first converge, whole run", 1),
+    ("first", "controller cpu", "first converge, controller CPU (ansible-playbook, workers, ssh, rsync)", 1),
+    ("first", "nodes cpu", "first converge, CPU of the nodes and the bastion", 1),
     ("again", "arrival check", "re-run: arrival check", 1),
     ("again", "total", "no-change re-run, whole run", 1),
+    ("again", "controller cpu", "no-change re-run, controller CPU", 1),
+    ("again", "nodes cpu", "no-change re-run, CPU of the nodes and the bastion", 1),
 )
 
 
@@ -393,5 +459,5 @@ def rows(first: dict[str, dict[int, float]], again: dict[str, dict[int, float]])
                 note += " (SUPERLINEAR: grew faster than the node count since the size before)"
             out.append({"name": f"{label}, {n} nodes vs {sizes[0]}", "a_label": f"{n} nodes", "a": g["seconds"],
                         "b_label": f"{sizes[0]} node{'s' if sizes[0] > 1 else ''}", "b": times[sizes[0]],
-                        "unit": "s", "note": note})
+                        "unit": "CPU s" if "cpu" in group else "s", "note": note})
     return out
