@@ -51,14 +51,16 @@ if [ ${#foreign[@]} -eq 0 ]; then
   tar -C "$root" --exclude=./.complete -c . | docker import -c 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null
 else
   # docker import records this machine's architecture whatever its --platform says (Docker 20.10): docker load a
-  # one-layer archive instead, whose config names $ARCH (`docker run --platform linux/$ARCH` then finds it)
+  # one-layer archive instead, whose config names $ARCH (`docker run --platform linux/$ARCH` then finds it) and has
+  # its layer's history entry (without one, podman builds a first layer on it and then refuses to commit the next:
+  # "history lists 2 non-empty layers, but we have 3 layers on disk")
   echo ">> docker load ($ARCH) -> $IMAGE"
   archive=$(mktemp -d "$CACHE/archive.XXXXXX")
   trap 'rm -rf "$archive"' EXIT
   tar -C "$root" --exclude=./.complete -cf "$archive/layer.tar" .
   layer=$(sha256sum "$archive/layer.tar" | cut -c1-64)
-  printf '{"architecture":"%s","os":"linux","config":{"Cmd":["/bin/bash"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-    "$ARCH" "$layer" >"$archive/config.json"
+  printf '{"architecture":"%s","os":"linux","config":{"Cmd":["/bin/bash"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"debootstrap --variant=minbase %s (%s)"}]}' \
+    "$ARCH" "$layer" "$SUITE" "$ARCH" >"$archive/config.json"
   printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]' "$IMAGE" >"$archive/manifest.json"
   tar -C "$archive" -c manifest.json config.json layer.tar | docker load >/dev/null
 fi

@@ -163,6 +163,19 @@ def old_base_image(arch: str) -> str:
     return image
 
 
+def base_image_for(arch: str) -> str:
+    """BASE_IMAGE's Debian (bookworm, the script's default packages) for another architecture: arm64 for the
+    arm64 stand-in stack (sim_arm64.py), under QEMU like old_base_image; its tag keyed by the script."""
+    image = f"rollout8/bookworm-base-{arch}:{content_key(arch, ('scripts/make-base-image.sh',))}"
+    if docker_ok("image", "inspect", image):
+        print(f">> base image {image} already built", file=sys.stderr)
+        return image
+    subprocess.run(["bash", "scripts/make-base-image.sh"], cwd=REPO, check=True,
+                   env={**os.environ, "IMAGE": image, "ARCH": arch})
+    _prune_superseded(image)
+    return image
+
+
 # The simulated tier's CPU adaptations, made in the stand-in stack (run with the repository at /repo): vLLM's CPU
 # platform dist-info and the GLIBCXX relaxation (cpu_engine_support.py prepare-env), the CPU bridges of a verl run
 # (loaded for accelerator: cpu only) in site-packages.
@@ -174,7 +187,8 @@ CPU_ADAPTATIONS = (
 
 
 # Free space a new image needs in its engine's storage, by repository (the stack image installs GBs of wheels).
-IMAGE_DISK_GB = {"rollout8/sim-stack": 12, "rollout8/sim-node": 1, "rollout8/sim-standin": 1}
+IMAGE_DISK_GB = {"rollout8/sim-stack": 12, "rollout8/sim-node": 1, "rollout8/sim-standin": 1,
+                 "rollout8/sim-stack-arm64": 4}
 
 
 def free_gb(path: str) -> float:
@@ -211,10 +225,11 @@ def _storage_root(engine: str) -> str:
 
 
 def _commit(image: str, base: str, script: str, volume: str, changes: tuple[str, ...] = (),
-            network: str = "none", engine: str = "docker") -> None:
+            network: str = "none", engine: str = "docker", platform: str = "") -> None:
     """Run script in a container of base (engine: docker or podman), with no network by default (the air-gapped
     path, for real), and keep the result as image. Docker: run, then commit. Podman: a one-step build (its
-    `podman run` sets rlimits that a sandbox without CAP_SYS_RESOURCE refuses; its build does not)."""
+    `podman run` sets rlimits that a sandbox without CAP_SYS_RESOURCE refuses; its build does not). platform
+    (podman): another architecture's base, run under QEMU (sim_arm64)."""
     need_disk(_storage_root(engine), IMAGE_DISK_GB.get(image.rsplit(":", 1)[0], 1), f"building {image}")
     if engine == "podman":
         with tempfile.TemporaryDirectory() as context:
@@ -222,7 +237,7 @@ def _commit(image: str, base: str, script: str, volume: str, changes: tuple[str,
                      *changes]
             (Path(context) / "Containerfile").write_text("\n".join(lines) + "\n")
             sh(engine, "build", "--format", "docker", "--layers=false", "--network", network, "-v", volume,
-               "-t", image, context)
+               *([f"--platform={platform}"] if platform else []), "-t", image, context)
     else:
         builder = "rollout8-sim-build-" + image.replace("/", "-").replace(":", "-")
         sh(engine, "rm", "-f", builder, check=False, capture=True)
