@@ -20,6 +20,7 @@ from rollout8_preflight import (
     rollout8_npu_version,
     rollout8_port_range_problem,
     rollout8_reach_peers,
+    rollout8_reach_table,
     rollout8_runtime_problems,
     rollout8_unreachable,
     rollout8_version_spread,
@@ -42,11 +43,33 @@ def listeners() -> dict[str, dict]:
 
 
 def test_each_node_probes_every_other_on_the_ports_its_listener_took():
-    assert rollout8_reach_peers(listeners(), HOSTS, "b") == {
+    table = rollout8_reach_table(listeners(), HOSTS)
+    assert rollout8_reach_peers(table, "b") == {
         "a": {"address": "10.0.0.1", "ports": [6379, 8265, 41000]},
         "c": {"address": "10.0.0.3", "ports": [6379, 8265, 42000]}}
-    assert set(rollout8_reach_peers(listeners(), HOSTS, "a")) == {"b", "c"}
-    assert rollout8_reach_peers(listeners(), HOSTS, "a")["b"]["ports"] == [6379, 8265]  # no ephemeral port found
+    assert set(rollout8_reach_peers(table, "a")) == {"b", "c"}
+    assert rollout8_reach_peers(table, "a")["b"]["ports"] == [6379, 8265]  # no ephemeral port found
+
+
+class CountingHostvars(dict):
+    """hostvars that count their lookups (Ansible renders a host's variables at each one)."""
+
+    lookups = 0
+
+    def __getitem__(self, host):
+        CountingHostvars.lookups += 1
+        return super().__getitem__(host)
+
+
+def test_the_reach_plan_reads_each_node_once_not_once_per_pair():
+    hosts = [f"n{i}" for i in range(64)]
+    hostvars = CountingHostvars({h: {"rollout8_node_ip": f"10.0.0.{i}", "rollout8_reach_listener": {
+        "bound": [6379], "held": [], "ephemeral": None}} for i, h in enumerate(hosts)})
+    CountingHostvars.lookups = 0
+    table = rollout8_reach_table(hostvars, hosts)  # the play's one run_once task
+    peers = {h: rollout8_reach_peers(table, h) for h in hosts}  # each node's connect task
+    assert CountingHostvars.lookups == len(hosts)
+    assert all(len(p) == 63 and h not in p for h, p in peers.items())
 
 
 def test_every_pair_and_port_that_did_not_connect_is_one_line_naming_both_nodes():

@@ -16,18 +16,25 @@ from typing import Any
 VERSION = re.compile(r"Version=([0-9][0-9A-Za-z.]*)")
 
 
-def rollout8_reach_peers(hostvars: Mapping[str, Mapping[str, Any]], hosts: list[str], me: str) -> dict:
-    """What `me` connects to: every other host's cluster address and the ports its listener took (those it bound,
-    those the job's own processes already held, and the one ephemeral port it found)."""
-    peers = {}
+def rollout8_reach_table(hostvars: Mapping[str, Mapping[str, Any]], hosts: list[str]) -> dict:
+    """Every host's cluster address and the ports its listener took (those it bound, those the job's own processes
+    already held, and the one ephemeral port it found): read once for the play (run_once), one hostvars lookup per
+    host. Each host's peers are then the other rows (rollout8_reach_peers): read per host from hostvars instead, the
+    controller made N x N lookups, each of which renders that host's variables (measured: 1.3 s at 16 hosts, 14 s at
+    64, quadratic)."""
+    table = {}
     for host in hosts:
-        if host == me:
-            continue
-        listener = hostvars[host]["rollout8_reach_listener"]
+        values = hostvars[host]
+        listener = values["rollout8_reach_listener"]
         ephemeral = listener.get("ephemeral")
-        peers[host] = {"address": hostvars[host]["rollout8_node_ip"],
+        table[host] = {"address": values["rollout8_node_ip"],
                        "ports": [*listener["bound"], *listener["held"], *([ephemeral] if ephemeral else [])]}
-    return peers
+    return table
+
+
+def rollout8_reach_peers(table: Mapping[str, dict], me: str) -> dict:
+    """What `me` connects to: every other host of the table (rollout8_reach_table)."""
+    return {host: peer for host, peer in table.items() if host != me}
 
 
 def rollout8_unreachable(hostvars: Mapping[str, Mapping[str, Any]], hosts: list[str]) -> list[str]:
@@ -187,6 +194,7 @@ def rollout8_runtime_problems(df: Mapping[str, Any], mount_label: str, host: str
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (rollout8_reach_peers, rollout8_unreachable, rollout8_mtu_spread,
-                                        rollout8_npu_version, rollout8_version_spread, rollout8_checkpoint_space,
+        return {f.__name__: f for f in (rollout8_reach_table, rollout8_reach_peers, rollout8_unreachable,
+                                        rollout8_mtu_spread, rollout8_npu_version, rollout8_version_spread,
+                                        rollout8_checkpoint_space,
                                         rollout8_port_range_problem, rollout8_runtime_problems)}
