@@ -86,8 +86,10 @@ PLAY_GROUPS = {
 # reachability (every task of roles/preflight/tasks/reach.yml) and the artifacts' arrival check (the ledger and a
 # stat per file, on every node).
 TASK_GROUPS = {
-    "reach": ("Preflight on every node", ("A listener on the job's ports", "Connect to every other node on them",
-                                          "Stop the listener", "Every node reaches every other on the job's ports",
+    "reach": ("Preflight on every node", ("A listener on the job's ports",
+                                          "Every node's address and listening ports, read once",
+                                          "Connect to every other node on them", "Stop the listener",
+                                          "Every node reaches every other on the job's ports",
                                           "The cluster interfaces have one MTU")),
     "arrival check": ("Models, data, profile and FlashRL config at the same paths on every node",
                       ("Which files this node already holds (its arrival ledger and a stat; no file is read)",)),
