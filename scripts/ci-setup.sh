@@ -5,7 +5,8 @@ set -euo pipefail
 need=()
 # podman: builds docker/Dockerfile's bundle stages (BuildKit features) where docker.io has no buildx plugin.
 # openssh-client: Ansible reaches the simulated nodes over ssh, as it reaches real ones.
-for pkg in docker.io debootstrap iproute2 git make rsync openssh-client chromium podman; do
+# docker-registry, skopeo, openssl: the simulated site's registry on the controller (virtual/sim_registry.py).
+for pkg in docker.io debootstrap iproute2 git make rsync openssh-client chromium podman docker-registry skopeo openssl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -9,6 +9,7 @@ job's int8 verdict per rank (`rollout8 logs`).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -16,9 +17,20 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+import sim_registry
 import yaml
 from sim_images import BUILDER, REPO, free_gb, sh, train_image, train_tarball
-from sim_nodes import INVENTORY, NODES, SHARED_HOST, controller_venv, own_export, prerequisites, run_playbook, up
+from sim_nodes import (
+    INVENTORY,
+    NETWORK,
+    NODES,
+    SHARED_HOST,
+    controller_venv,
+    own_export,
+    prerequisites,
+    run_playbook,
+    up,
+)
 from sim_runs import bf16_twin, clear_demo_runs, demo_spec
 
 DEMO_WORK = REPO / ".cache" / "cluster" / "demo"
@@ -29,26 +41,55 @@ CONTAINER = "rollout8-train"  # the runtime role's default name for the training
 IMAGE_DIR = SHARED_HOST / ".rollout8-images"
 
 
+# How the demo's training image reaches the nodes (virtual/README.md, docs/benchmarks.md): "tarball" (make
+# image-save, the shared directory, docker load on every node), "registry" (pushed once to the controller's registry,
+# pulled by every node), "auto" (sim_registry.choose_path: the registry where the nodes hold an earlier version, the
+# tarball where they hold none).
+IMAGE_PATH_ENV = "ROLLOUT8_SIM_IMAGE_PATH"
+
+
 def image_args(spec: Path | None = None) -> tuple[str, ...]:
     """ansible-playbook arguments naming the training image (built by `make image`'s own stages on the CPU stand-in
     stack), as users give it: `make image-save`'s tarball, which the image role sends once to the shared directory
-    and every node loads (and removes once all have). When every node's daemon already has the image, nothing is
-    saved: the play gets the image's id, checks it on every node and loads nothing. A run spec without
-    cluster.shared_dir has the tarball staged on each node that loads it (here: on this machine's disk too)."""
+    and every node loads (and removes once all have), or the image in the controller's registry, which every node
+    pulls (ROLLOUT8_SIM_IMAGE_PATH). When every node's daemon already has the image, nothing is saved or pushed: the
+    play gets the image's id, checks it on every node and loads nothing. A run spec without cluster.shared_dir has
+    the tarball staged on each node that loads it (here: on this machine's disk too)."""
     image = train_image()
     image_id = sh(BUILDER, "image", "inspect", "-f", "{{.Id}}", image, capture=True).stdout.strip()
     image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+    host = f"{sim_registry.gateway(NETWORK)}:{sim_registry.PORT}"  # where the registry listens, if it is used
+    pulled = f"{host}/{image}"
     # a stopped node loads nothing: the play finds it unreachable and stops before the image role (a test stops
     # one on purpose); counted, it had a 7 GB tarball saved and the disk judged for a load that never comes
     up = [name for name in NODES if sh("docker", "inspect", "-f", "{{.State.Running}}", name, check=False,
                                        capture=True).stdout.strip() == "true"]
-    have = [sh("docker", "exec", name, "docker", "image", "inspect", "-f", "{{.Id}}", image, check=False,
-               capture=True).stdout.strip() for name in up]
-    if all(node_id == image_id for node_id in have):
-        down = sorted(set(NODES) - set(up))
-        print(f">> every running node has {image} ({image_id[:19]}): nothing to send"
-              + (f" ({', '.join(down)} not running)" if down else ""), file=sys.stderr)
-        return ("-e", f"rollout8_image={image}", "-e", f"rollout8_image_id={image_id}")
+    down = sorted(set(NODES) - set(up))
+    for ref in (image, pulled):
+        have = [node_image_id(name, ref) for name in up]
+        if all(node_id == image_id for node_id in have):
+            print(f">> every running node has {ref} ({image_id[:19]}): nothing to send"
+                  + (f" ({', '.join(down)} not running)" if down else ""), file=sys.stderr)
+            return ("-e", f"rollout8_image={ref}", "-e", f"rollout8_image_id={image_id}")
+    earlier = [name for name in up if holds_earlier(name, image)]
+    path = sim_registry.choose_path(os.environ.get(IMAGE_PATH_ENV, "auto"), nodes_hold_earlier=bool(earlier))
+    print(f">> the training image goes to the nodes by {path} ({IMAGE_PATH_ENV}="
+          f"{os.environ.get(IMAGE_PATH_ENV, 'auto')}; an earlier version on: "
+          f"{', '.join(earlier) or 'none'})", file=sys.stderr)
+    if path == "registry":
+        drop_superseded(image, keep_prefix=f"{host}/")  # the layers of an earlier pull are what makes this one small
+        address, _, port = host.rpartition(":")
+        host, ca = sim_registry.start(address, int(port))
+        seconds, how = sim_registry.push(image, pulled, ca, BUILDER, sim_registry.REGISTRY_DIR / "stage")
+        pushed_id = sim_registry.manifest_config_digest(pulled, ca)
+        if pushed_id != image_id:
+            raise SystemExit(f"rollout8: the registry holds {pulled} as {pushed_id}, the builder has {image_id}")
+        removed = sim_registry.prune(pulled, ca)
+        print(f">> pushed {pulled} ({how}, {seconds:.0f} s){'; removed from the registry: ' if removed else ''}"
+              f"{', '.join(removed)}", file=sys.stderr)
+        return ("-e", f"rollout8_image={pulled}", "-e", f"rollout8_image_id={image_id}",
+                "-e", "rollout8_image_tarball=", "-e", f"rollout8_image_registry_ca={ca}")
+    have = [node_image_id(name, image) for name in up]
     drop_superseded(image)
     tarball = train_tarball(image, IMAGE_DIR)
     own_export()  # saved as this machine's root: the login user's, as a user's `make image-save` leaves it
@@ -59,7 +100,41 @@ def image_args(spec: Path | None = None) -> tuple[str, ...]:
             "-e", f"rollout8_image_load_throttle={throttle}")
 
 
-def drop_superseded(image: str) -> None:
+def node_image_id(name: str, ref: str) -> str:
+    return sh("docker", "exec", name, "docker", "image", "inspect", "-f", "{{.Id}}", ref, check=False,
+              capture=True).stdout.strip()
+
+
+def holds_earlier(name: str, image: str) -> bool:
+    """Whether the node holds an earlier version of image (another tag of its repository, loaded or pulled): an
+    update. Its daemon knows the registry's layers it pulled before (a pull sends only the others); layers it loaded
+    from a tarball it does not know by their registry digest, so its first pull sends every layer again."""
+    tags = sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
+              capture=True).stdout.split()
+    return any(is_earlier(tag, image) for tag in tags)
+
+
+def is_earlier(tag: str, image: str) -> bool:
+    """Whether a node's tag is another version of image: its repository, loaded (rollout8/sim-train:KEY) or pulled
+    (HOST:PORT/rollout8/sim-train:KEY), another key."""
+    repo, _, key = image.rpartition(":")
+    tag_repo, _, tag_key = tag.rpartition(":")
+    return (tag_repo == repo or tag_repo.endswith(f"/{repo}")) and tag_key != key
+
+
+def drop_pulled_superseded(ref: str) -> None:
+    """After a pull: each node's other tags of ref's repository (an earlier pull, an earlier load), once the play
+    has moved the training container to ref (an image a container still uses stays: docker refuses)."""
+    repo = ref.rsplit(":", 1)[0].split("/", 1)[1] if "/" in ref else ref.rsplit(":", 1)[0]
+    for name in NODES:
+        tags = sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
+                  capture=True).stdout.split()
+        old = [tag for tag in tags if tag.rsplit(":", 1)[0].endswith(repo) and tag != ref]
+        if old:
+            sh("docker", "exec", name, "docker", "rmi", *old, check=False, capture=True)
+
+
+def drop_superseded(image: str, keep_prefix: str = "") -> None:
     """Each node's training images of other content keys, and a training container running one, before a new
     image is loaded: the runtime role would replace that container anyway, and the three nodes' daemons share this
     machine's disk (7 GB per node and image). The demo's own doing, not the image role's: on a real cluster a
@@ -68,7 +143,8 @@ def drop_superseded(image: str) -> None:
     for name in NODES:
         tags = sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
                   capture=True).stdout.split()
-        old = [tag for tag in tags if tag.rsplit(":", 1)[0].endswith(repo) and not tag.endswith(image)]
+        old = [tag for tag in tags if tag.rsplit(":", 1)[0].endswith(repo) and not tag.endswith(image)
+               and not (keep_prefix and tag.startswith(keep_prefix))]
         if old:
             sh("docker", "exec", name, "docker", "rm", "-f", CONTAINER, check=False, capture=True)
             sh("docker", "exec", name, "docker", "rmi", *old, check=False, capture=True)
@@ -152,11 +228,28 @@ def finished_under_an_earlier_version(output: str, name: str) -> bool:
                           r"trainer\.total_training_steps \d+: .* Nothing was submitted\.", said))
 
 
+def after_image(runtime: tuple[str, ...]) -> None:
+    """Once train.yml has put the image on every node: a pulled image's superseded tags removed from the nodes (its
+    layers stay with the new one, which the next update's pull builds on), and the controller's registry stopped
+    (its storage stays in .cache/registry: the next push sends only new layers). Nothing for a tarball."""
+    given = dict(arg.split("=", 1) for arg in runtime if "=" in arg)
+    if given.get("rollout8_image_registry_ca"):
+        drop_pulled_superseded(given["rollout8_image"])
+    sim_registry.stop()
+
+
 def demo(*playbook_args: str) -> int:
     """`make demo`: the cluster up, the shipped tiny-cpu spec through ansible/train.yml, the verdict."""
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     cluster_and_image()
-    runtime = image_args()
+    try:
+        runtime = image_args()
+        return _demo(runtime, *playbook_args)
+    finally:
+        sim_registry.stop()  # when it was started; a no-op otherwise
+
+
+def _demo(runtime: tuple[str, ...], *playbook_args: str) -> int:
     spec = demo_spec()
     forget_a_run_the_nodes_do_not_know(spec)
     name = yaml.safe_load(spec.read_text())["name"]
@@ -181,6 +274,7 @@ def demo(*playbook_args: str) -> int:
                   f"{(DEMO_WORK / 'last-playbook.log').relative_to(REPO)}", file=sys.stderr)
             return run.rc
         if step == "train.yml":
+            after_image(runtime)
             print(">> train.yml returned (a verl job goes on running); following it: ansible-playbook train.yml "
                   "--tags verify -e rollout8_verify_follow=true", file=sys.stderr)
     job = latest_job_logs(DEMO_WORK)
@@ -209,7 +303,14 @@ def run_jobs(specs: list[tuple[str, Path]], *playbook_args: str) -> dict[str, tu
     plan)}, or the exit code of the first run that failed."""
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     cluster_and_image()
-    runtime = image_args()
+    try:
+        return _run_jobs(image_args(), specs, *playbook_args)
+    finally:
+        sim_registry.stop()
+
+
+def _run_jobs(runtime: tuple[str, ...], specs: list[tuple[str, Path]],
+              *playbook_args: str) -> dict[str, tuple[Path, Path]] | int:
     jobs = {}
     for label, spec in specs:
         print(f">> {label} run: {spec.relative_to(REPO)} through ansible/train.yml", file=sys.stderr)
@@ -220,6 +321,7 @@ def run_jobs(specs: list[tuple[str, Path]], *playbook_args: str) -> dict[str, tu
             print(f"demo-compare: the {label} run failed (exit {run.rc}); see {DEMO_WORK / 'last-playbook.log'}",
                   file=sys.stderr)
             return run.rc
+        after_image(runtime)
         jobs[label] = (latest_job_logs(DEMO_WORK), DEMO_WORK / spec.stem / "rollout8-plan.json")
     return jobs
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from sim_images import REPO, sh
 
 REGISTRY_DIR = REPO / ".cache" / "registry"
-PORT = int(os.environ.get("ROLLOUT8_SIM_REGISTRY_PORT", "5000"))
+PORT = int(os.environ.get("ROLLOUT8_SIM_REGISTRY_PORT", "5443"))
 BINARY = "docker-registry"  # Debian's package of the same name (make sysdeps)
 # The demo's distribution path (ROLLOUT8_SIM_IMAGE_PATH): "tarball" (make image-save, the shared directory, docker
 # load), "registry" (pushed once to the controller's registry, pulled by every node), or "auto" (choose_path).
@@ -58,9 +58,10 @@ def server_cert_ext(address: str) -> str:
 
 def choose_path(requested: str, nodes_hold_earlier: bool) -> str:
     """The demo's distribution path. "tarball" or "registry" as asked; "auto": the registry where the nodes hold an
-    earlier version of the image (only the layers that changed cross the link: docs/benchmarks.md, the update
-    rows), the tarball where they hold none (a fresh node needs every layer either way, and the tarball's load was
-    the faster of the two here)."""
+    earlier version of the image (an update: only the layers that changed cross the link once the nodes have pulled
+    from it, and a first pull is no slower than a load: docs/benchmarks.md), the tarball where they hold none (a
+    fresh node needs every layer either way: the same time here, the tarball crosses the link once instead of once
+    per node, and the controller's disk holds no registry copy beside the builder's)."""
     if requested not in PATHS:
         raise ValueError(f"ROLLOUT8_SIM_IMAGE_PATH={requested!r}: one of {', '.join(PATHS)}")
     if requested != "auto":
@@ -251,3 +252,40 @@ def manifest_config_digest(ref: str, ca: Path) -> str:
         "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"))})
     with urllib.request.urlopen(req, timeout=30, context=_context(ca)) as resp:
         return json.loads(resp.read())["config"]["digest"]
+
+
+def _digest_of(host: str, name: str, tag: str, ca: Path) -> str | None:
+    req = urllib.request.Request(f"https://{host}/v2/{name}/manifests/{tag}", method="HEAD", headers={
+        "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(req, timeout=30, context=_context(ca)) as resp:
+        return resp.headers.get("Docker-Content-Digest")
+
+
+def prune(ref: str, ca: Path, directory: Path = REGISTRY_DIR) -> list[str]:
+    """Every other tag of ref's repository deleted from the registry and its blobs no manifest uses any more
+    collected (docker-registry garbage-collect, the registry stopped meanwhile, then started again): the demo's
+    superseded training images would otherwise stay on this machine's disk for good (GBs each when the stack
+    changed). Returns the tags removed."""
+    host, _, rest = ref.partition("/")
+    name, _, keep = rest.rpartition(":")
+    with urllib.request.urlopen(f"https://{host}/v2/{name}/tags/list", timeout=30, context=_context(ca)) as resp:
+        tags = json.loads(resp.read()).get("tags") or []
+    keep_digest = _digest_of(host, name, keep, ca)
+    removed = []
+    for tag in tags:
+        if tag == keep:
+            continue
+        digest = _digest_of(host, name, tag, ca)
+        if digest and digest != keep_digest:
+            req = urllib.request.Request(f"https://{host}/v2/{name}/manifests/{digest}", method="DELETE")
+            with urllib.request.urlopen(req, timeout=30, context=_context(ca)):
+                removed.append(tag)
+    if removed:
+        address, _, port = host.rpartition(":")
+        stop(directory)
+        gc = subprocess.run([BINARY, "garbage-collect", "--delete-untagged", str(directory / "config.yml")],
+                            capture_output=True, text=True, timeout=1800)
+        start(address, int(port), directory)
+        if gc.returncode != 0:
+            raise RuntimeError(f"{BINARY} garbage-collect failed: {gc.stderr.strip()[-400:]}")
+    return removed

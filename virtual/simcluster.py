@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 
+import sim_registry
 from sim_demo import DEMO_WORK, compare, demo, job_kind, latest_job_logs, probe_verdict, run_jobs, verl_verdict
 from sim_images import (
     BASE_IMAGE,
@@ -144,6 +145,7 @@ def main(argv: list[str]) -> int:
         print(demo_spec())
     elif command == "down":
         down()
+        sim_registry.stop()  # one a demo left running (it stops its own when it ends); its storage stays
         clear_demo_runs()  # the next `make demo` finds new nodes: its run starts anew
     elif command == "wheel":
         print(bundle_wheel())

@@ -68,3 +68,15 @@ def test_push_mode_stages_a_first_push_and_sends_an_update_straight():
     assert sim_registry.push_mode(layers, {"sha256:base", "sha256:stack"}) == "direct"  # a few MB to gzip
     assert sim_registry.push_mode(layers, {"sha256:stack", "sha256:bundle"}) == "staged"  # the big one is missing
     assert sim_registry.push_mode(layers, {d for d, _ in layers}) == "direct"  # nothing to send
+
+
+def test_an_earlier_version_is_another_key_of_the_repository_loaded_or_pulled():
+    import sim_demo
+
+    image = "rollout8/sim-train:new"
+    assert sim_demo.is_earlier("rollout8/sim-train:old", image)
+    assert sim_demo.is_earlier("172.23.0.1:5443/rollout8/sim-train:old", image)
+    assert not sim_demo.is_earlier("rollout8/sim-train:new", image)
+    assert not sim_demo.is_earlier("172.23.0.1:5443/rollout8/sim-train:new", image)
+    assert not sim_demo.is_earlier("rollout8/sim-node:old", image)
+    assert not sim_demo.is_earlier("other/rollout8/sim-trainer:old", image)
