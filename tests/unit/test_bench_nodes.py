@@ -109,7 +109,11 @@ def test_model_parallel_loads_bound_by_the_node_then_by_the_storage(nodes):
     assert small["terms"]["loads: one node's load"] == pytest.approx(200.0)
     assert small["terms"]["node-facing plays"] == pytest.approx(14.0)
     assert small["terms"]["image sent once"] == pytest.approx(20.0)
+    assert small["terms"]["image saved (or pushed) once"] == 0.0
     assert small["total"] == pytest.approx(14 + 20 + 200 + 100)
+    pushed = nodes.first_step_model(4, _site(nodes, prepare_s_per_gb=10.0, link_gb_s=math.inf))
+    assert pushed["terms"]["image saved (or pushed) once"] == pytest.approx(200.0)
+    assert pushed["terms"]["image sent once"] == 0.0
     assert small["dominant"] == "loads: one node's load"
     big = nodes.first_step_model(64, _site(nodes))  # 64 x 20 GB at 1 GB/s = 1280 s
     assert big["terms"]["loads: the storage serving every node's copy"] == pytest.approx(1280.0)
