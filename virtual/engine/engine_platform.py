@@ -43,7 +43,22 @@ def engine_available() -> tuple[bool, str]:
                        "(`make test-engine` builds .cache/engine-venv and runs tests/engine there)")
     if importlib.util.find_spec("flash_rl") is None:
         return False, f"no flash_rl in {sys.executable}: rebuild the engine venv with scripts/engine-env.sh"
+    version = _vllm_version()
+    if "empty" in version and not on_ascend():
+        # the image's build (and the arm64 stand-in's, virtual/sim_arm64.py): no compiled op of its own, the
+        # platform plugin (vllm-ascend) brings them; without it vLLM finds no platform and cannot build an engine
+        return False, (f"vLLM {version} is built with VLLM_TARGET_DEVICE=empty (no compiled ops) and no platform "
+                       "plugin (vllm-ascend) is installed: no engine can run in this interpreter")
     return True, ""
+
+
+def _vllm_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def free_port() -> int:
