@@ -12,8 +12,8 @@ replaced), is packed whole. `dest` is a gzip'd tar of those parts, named by thei
 controller. A file that grows while it is packed is packed up to the size it had when listed (the rest comes next
 time); one that shrinks meanwhile (truncated or rotated under the collection) is packed up to what could be read, so
 the archive stays whole, and one that became shorter than the controller's copy is left for the next collection,
-which then sends it whole. Returns `files` (parts packed), `bytes` (their size, what is sent before compression) and `total` (the size
-of every file considered). `changed` is always false: the node's logs are only read.
+which then sends it whole. Returns `files` (parts packed), `bytes` (their size, what is sent before compression)
+and `total` (the size of every file considered). `changed` is always false: the node's logs are only read.
 """
 
 

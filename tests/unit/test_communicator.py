@@ -159,9 +159,10 @@ def test_lines_ray_folded_or_reordered_in_the_driver_log_are_read_from_the_worke
 
 
 def test_no_reminder_is_said_after_the_call_failed(monkeypatch):
-    """Seen as a flaky failure of the test above: a reminder due just as the group's timeout ended was said after `failed`, so a rank's last word
-    read `still-waiting`. Here the call fails while a reminder is being said; the order must stay waiting,
-    still-waiting, failed (`_say` records when it is done, as a line written while another is written)."""
+    """Seen as a flaky failure of the test above: a reminder due just as the group's timeout ended was said after
+    `failed`, so a rank's last word read `still-waiting`. Here the call fails while a reminder is being said; the
+    order must stay waiting, still-waiting, failed (`_say` records when it is done, as a line written while another
+    is written)."""
     from rollout8.node import communicator as node
 
     monkeypatch.setenv(node.WARN_ENV, "0.01")
