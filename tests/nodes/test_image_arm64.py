@@ -150,3 +150,29 @@ def test_no_engine_runs_here_and_the_engine_tests_say_why(image):
     assert re.fullmatch(r"=* ?\d+ skipped in .*", summary.strip("= ")) or (
         "skipped" in summary and "passed" not in summary and "failed" not in summary), summary
     assert "VLLM_TARGET_DEVICE=empty" in run.stdout, run.stdout[-3000:]
+
+
+RAY_ON_AARCH64 = """
+import json, platform, subprocess, time
+started = time.monotonic()
+subprocess.run(["ray", "start", "--head", "--num-cpus", "1", "--resources", '{"NPU": 1}', "--disable-usage-stats",
+                "--include-dashboard=false"], check=True, capture_output=True)
+head = time.monotonic() - started
+import ray
+ray.init(address="auto")
+machine = ray.get(ray.remote(resources={"NPU": 1})(lambda: platform.machine()).remote())
+print(json.dumps({"machine": machine, "npu": ray.cluster_resources().get("NPU"), "head_s": round(head, 1),
+                  "task_s": round(time.monotonic() - started - head, 1)}))
+"""
+
+
+def test_ray_starts_and_runs_an_npu_task_on_aarch64(image):
+    """The image's Ray (the lock's pin, its aarch64 wheel) under QEMU: a head advertising the NPU resource, as the
+    runtime role starts it, and a task placed on that resource runs on aarch64. Not the cluster: one container."""
+    started = time.monotonic()
+    run = in_image(image, "python3", "-c", RAY_ON_AARCH64)
+    timed("Ray head and an NPU task", started)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    print(found)
+    assert (found["machine"], found["npu"]) == ("aarch64", 1.0), found
