@@ -85,7 +85,7 @@ arm64-check: venv ## the node-side code on an emulated aarch64 node (QEMU, Debia
 # by docker/Dockerfile's own patched and bundle stages on the arm64 stand-in stack (virtual/sim_arm64.py), then
 # `make image-save` and `make smoke PLATFORM=linux/arm64` in it. Tens of minutes cold; timings printed per step.
 .PHONY: arm64-image-check
-arm64-image-check: venv ## the training image for linux/arm64 under QEMU: `make image PLATFORM=linux/arm64` on the arm64 stand-in stack (vLLM built with no device: no engine), image-save records arm64, `make smoke` passes in it
+arm64-image-check: venv ## the training image for linux/arm64 under QEMU: `make image PLATFORM=linux/arm64` on the arm64 stand-in stack (vLLM built with no device: no engine), image-save records arm64, `make smoke` passes in it, Ray runs an NPU-resource task on aarch64
 	ROLLOUT8_TEST_ARM64=1 $(PY) -m pytest tests/nodes/test_image_arm64.py -p no:cacheprovider -s -v $(PYTEST_ARGS)
 
 .PHONY: test-unit
