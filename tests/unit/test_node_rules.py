@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from rollout8_preflight import (
     rollout8_checkpoint_space,
+    rollout8_clock_skew,
     rollout8_mtu_spread,
     rollout8_npu_version,
     rollout8_port_range_problem,
@@ -70,6 +71,13 @@ def test_the_reach_plan_reads_each_node_once_not_once_per_pair():
     peers = {h: rollout8_reach_peers(table, h) for h in hosts}  # each node's connect task
     assert CountingHostvars.lookups == len(hosts)
     assert all(len(p) == 63 and h not in p for h, p in peers.items())
+
+
+def test_clock_skew_is_the_distance_of_the_reading_from_the_controllers_interval():
+    assert rollout8_clock_skew(1005, 1000.2, 1009.7) == 0  # read while the controller waited 9.5 s for the others
+    assert rollout8_clock_skew(1015, 1000.2, 1009.7) == 5  # ahead of the controller's clock by more than the wait
+    assert rollout8_clock_skew(990, 1000.2, 1009.7) == -10  # behind it
+    assert rollout8_clock_skew(1000, 1000.2, 1000.4) == 0  # whole seconds: a reading truncated below `before`
 
 
 def test_every_pair_and_port_that_did_not_connect_is_one_line_naming_both_nodes():

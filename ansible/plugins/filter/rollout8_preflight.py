@@ -37,6 +37,20 @@ def rollout8_reach_peers(table: Mapping[str, dict], me: str) -> dict:
     return {host: peer for host, peer in table.items() if host != me}
 
 
+def rollout8_clock_skew(node_time: float, before: float, after: float) -> int:
+    """Whole seconds by which a node's clock reading (its time.time(), whole seconds) lies outside the interval the
+    controller's clock spanned while the node read it: `before`, taken once before any node read its clock, to
+    `after`, as the controller takes this node's reading in; 0 inside it. The wait between the two grows with the
+    node count (every node finishes the task before any goes on, forks run in waves, a busy controller takes results
+    in one by one) and is no skew: taken against `after` alone, it refused nodes of one clock at 8 nodes."""
+    node, before, after = float(node_time), float(before), float(after)
+    if node > after:
+        return int(node - after)
+    if node < before:
+        return int(node - before)
+    return 0
+
+
 def rollout8_unreachable(hostvars: Mapping[str, Mapping[str, Any]], hosts: list[str]) -> list[str]:
     """One line per node, peer and port that did not connect (a time-out is a firewall dropping it)."""
     out = []
@@ -194,7 +208,7 @@ def rollout8_runtime_problems(df: Mapping[str, Any], mount_label: str, host: str
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (rollout8_reach_table, rollout8_reach_peers, rollout8_unreachable,
-                                        rollout8_mtu_spread, rollout8_npu_version, rollout8_version_spread,
-                                        rollout8_checkpoint_space,
+        return {f.__name__: f for f in (rollout8_reach_table, rollout8_reach_peers, rollout8_clock_skew,
+                                        rollout8_unreachable, rollout8_mtu_spread, rollout8_npu_version,
+                                        rollout8_version_spread, rollout8_checkpoint_space,
                                         rollout8_port_range_problem, rollout8_runtime_problems)}
