@@ -191,3 +191,12 @@ bench: venv ## side-by-side benchmarks (ratios; JSON in bench/results/); BENCH_A
 .PHONY: bench-quick
 bench-quick: venv ## every benchmark at its smallest size, one repetition: proves `make bench` runs (numbers not for publishing)
 	$(PY) bench/run.py --quick --out bench/results/quick.json $(BENCH_ARGS)
+
+# What CI runs of the bench (.ci/run, after make test, on the cluster the tests leave): the parts that reach the
+# simulated nodes as Ansible does (dist, image) and the profile, at bench-quick's sizes. Left to bench-quick: demo
+# (three verl jobs, about 17 minutes; its demo-down/demo sequence is tests/cluster/test_demo_again.py), cluster,
+# nodes and registry (new nodes per size), quantizer and reload (kernels, no node): CI's 70-minute budget.
+BENCH_CI_PARTS ?= dist image profile
+.PHONY: bench-ci
+bench-ci: venv ## the part of bench-quick CI runs (BENCH_CI_PARTS): a bench that no longer reaches the nodes fails CI
+	$(PY) bench/run.py --quick --out bench/results/ci.json $(addprefix --only ,$(BENCH_CI_PARTS))
