@@ -87,8 +87,12 @@ def image_args(spec: Path | None = None) -> tuple[str, ...]:
         removed = sim_registry.prune(pulled, ca)
         print(f">> pushed {pulled} ({how}, {seconds:.0f} s){'; removed from the registry: ' if removed else ''}"
               f"{', '.join(removed)}", file=sys.stderr)
+        # an update's pulls are MBs; pulls of every layer are bounded by the disk as loads are
+        size = int(sh(BUILDER, "image", "inspect", "-f", "{{.Size}}", image, capture=True).stdout.strip()) / 1e9
+        throttle = 0 if how == "direct" else throttle_for(size, len(up), name=pulled)
         return ("-e", f"rollout8_image={pulled}", "-e", f"rollout8_image_id={image_id}",
-                "-e", "rollout8_image_tarball=", "-e", f"rollout8_image_registry_ca={ca}")
+                "-e", "rollout8_image_tarball=", "-e", f"rollout8_image_registry_ca={ca}",
+                "-e", f"rollout8_image_load_throttle={throttle}")
     have = [node_image_id(name, image) for name in up]
     drop_superseded(image)
     tarball = train_tarball(image, IMAGE_DIR)
@@ -158,11 +162,16 @@ def load_throttle(tarball: Path, loads: int, staged: int = 0) -> int:
     ended (a spec without a shared directory stages one per node; uncounted, three loads beside three copies ran
     out of disk: "Detected no loaded images"). Side by side on this machine three loads took 135 s, one after
     another 243 s (each load is CPU-bound in one dockerd: checksums, tar, the kernel's copies)."""
-    size = tarball.stat().st_size / 1e9
+    return throttle_for(tarball.stat().st_size / 1e9, loads, staged, tarball.name)
+
+
+def throttle_for(size: float, loads: int, staged: int = 0, name: str = "the image") -> int:
+    """load_throttle for an image of size GB (a pull from the registry holds the downloaded layer and the layer
+    unpacked from it at its peak, as a load does: the same bound)."""
     room = free_gb(str(IMAGE_DIR)) - 2 - staged * size  # a margin for what the nodes write meanwhile
     if room < 2 * size:
         raise SystemExit(f"rollout8: the simulated nodes share this machine's disk: {staged} staged copies of "
-                         f"{tarball.name} ({size:.1f} GB each) and one load (about {2 * size:.0f} GB) need "
+                         f"{name} ({size:.1f} GB each) and one load (about {2 * size:.0f} GB) need "
                          f"{staged * size + 2 * size + 2:.0f} GB free under {IMAGE_DIR}, only "
                          f"{free_gb(str(IMAGE_DIR)):.1f} GB are: free disk space (`docker image prune`, old clones' "
                          ".cache) and re-run")

@@ -80,3 +80,15 @@ def test_an_earlier_version_is_another_key_of_the_repository_loaded_or_pulled():
     assert not sim_demo.is_earlier("172.23.0.1:5443/rollout8/sim-train:new", image)
     assert not sim_demo.is_earlier("rollout8/sim-node:old", image)
     assert not sim_demo.is_earlier("other/rollout8/sim-trainer:old", image)
+
+
+def test_pulls_of_every_layer_are_bounded_by_the_disk_as_loads(monkeypatch):
+    import sim_demo
+
+    monkeypatch.setattr(sim_demo, "free_gb", lambda path: 30.0)
+    assert sim_demo.throttle_for(7.0, 3) == 2  # 28 GB of room: two pulls of a 7 GB layer at once (14 GB each)
+    monkeypatch.setattr(sim_demo, "free_gb", lambda path: 60.0)
+    assert sim_demo.throttle_for(7.0, 3) == 3
+    monkeypatch.setattr(sim_demo, "free_gb", lambda path: 10.0)
+    with pytest.raises(SystemExit, match="only 10.0 GB are"):
+        sim_demo.throttle_for(7.0, 3, name="host:5443/rollout8/sim-train:k")
