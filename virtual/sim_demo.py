@@ -48,13 +48,15 @@ IMAGE_DIR = SHARED_HOST / ".rollout8-images"
 IMAGE_PATH_ENV = "ROLLOUT8_SIM_IMAGE_PATH"
 
 
-def image_args(spec: Path | None = None) -> tuple[str, ...]:
+def image_args(spec: Path | None = None, registry: bool = False) -> tuple[str, ...]:
     """ansible-playbook arguments naming the training image (built by `make image`'s own stages on the CPU stand-in
     stack), as users give it: `make image-save`'s tarball, which the image role sends once to the shared directory
     and every node loads (and removes once all have), or the image in the controller's registry, which every node
     pulls (ROLLOUT8_SIM_IMAGE_PATH). When every node's daemon already has the image, nothing is saved or pushed: the
     play gets the image's id, checks it on every node and loads nothing. A run spec without cluster.shared_dir has
-    the tarball staged on each node that loads it (here: on this machine's disk too)."""
+    the tarball staged on each node that loads it (here: on this machine's disk too). The registry only with
+    registry=True (make demo, make demo-compare: they stop it and tag the pulled image by its plain name once it
+    is on the nodes, after_image); the cluster tests' plays always get the tarball."""
     image = train_image()
     image_id = sh(BUILDER, "image", "inspect", "-f", "{{.Id}}", image, capture=True).stdout.strip()
     image_id = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
@@ -72,9 +74,9 @@ def image_args(spec: Path | None = None) -> tuple[str, ...]:
                   + (f" ({', '.join(down)} not running)" if down else ""), file=sys.stderr)
             return ("-e", f"rollout8_image={ref}", "-e", f"rollout8_image_id={image_id}")
     earlier = [name for name in up if holds_earlier(name, image)]
-    path = sim_registry.choose_path(os.environ.get(IMAGE_PATH_ENV, "auto"), nodes_hold_earlier=bool(earlier))
-    print(f">> the training image goes to the nodes by {path} ({IMAGE_PATH_ENV}="
-          f"{os.environ.get(IMAGE_PATH_ENV, 'auto')}; an earlier version on: "
+    requested = os.environ.get(IMAGE_PATH_ENV, "auto") if registry else "tarball"
+    path = sim_registry.choose_path(requested, nodes_hold_earlier=bool(earlier))
+    print(f">> the training image goes to the nodes by {path} ({IMAGE_PATH_ENV}={requested}; an earlier version on: "
           f"{', '.join(earlier) or 'none'})", file=sys.stderr)
     if path == "registry":
         drop_superseded(image, keep_prefix=f"{host}/")  # the layers of an earlier pull are what makes this one small
@@ -126,14 +128,14 @@ def is_earlier(tag: str, image: str) -> bool:
     return (tag_repo == repo or tag_repo.endswith(f"/{repo}")) and tag_key != key
 
 
-def drop_pulled_superseded(ref: str) -> None:
-    """After a pull: each node's other tags of ref's repository (an earlier pull, an earlier load), once the play
+def drop_pulled_superseded(ref: str, keep: tuple[str, ...]) -> None:
+    """After a pull: each node's other versions of ref's image (an earlier pull, an earlier load), once the play
     has moved the training container to ref (an image a container still uses stays: docker refuses)."""
-    repo = ref.rsplit(":", 1)[0].split("/", 1)[1] if "/" in ref else ref.rsplit(":", 1)[0]
+    image = ref.split("/", 1)[1]
     for name in NODES:
         tags = sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
                   capture=True).stdout.split()
-        old = [tag for tag in tags if tag.rsplit(":", 1)[0].endswith(repo) and tag != ref]
+        old = [tag for tag in tags if is_earlier(tag, image) and tag not in keep]
         if old:
             sh("docker", "exec", name, "docker", "rmi", *old, check=False, capture=True)
 
@@ -243,7 +245,11 @@ def after_image(runtime: tuple[str, ...]) -> None:
     (its storage stays in .cache/registry: the next push sends only new layers). Nothing for a tarball."""
     given = dict(arg.split("=", 1) for arg in runtime if "=" in arg)
     if given.get("rollout8_image_registry_ca"):
-        drop_pulled_superseded(given["rollout8_image"])
+        ref = given["rollout8_image"]
+        plain = ref.split("/", 1)[1]  # the name the tarball path leaves, which the cluster tests and plays name
+        drop_pulled_superseded(ref, keep=(ref, plain))
+        for name in NODES:
+            sh("docker", "exec", name, "docker", "tag", ref, plain, check=False, capture=True)
     sim_registry.stop()
 
 
@@ -252,7 +258,7 @@ def demo(*playbook_args: str) -> int:
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     cluster_and_image()
     try:
-        runtime = image_args()
+        runtime = image_args(registry=True)
         return _demo(runtime, *playbook_args)
     finally:
         sim_registry.stop()  # when it was started; a no-op otherwise
@@ -313,7 +319,7 @@ def run_jobs(specs: list[tuple[str, Path]], *playbook_args: str) -> dict[str, tu
     DEMO_WORK.mkdir(parents=True, exist_ok=True)
     cluster_and_image()
     try:
-        return _run_jobs(image_args(), specs, *playbook_args)
+        return _run_jobs(image_args(registry=True), specs, *playbook_args)
     finally:
         sim_registry.stop()
 
