@@ -69,14 +69,16 @@ def _received(nodes: tuple[str, ...]) -> int:
                                   capture_output=True, text=True, check=True).stdout) for n in nodes)
 
 
-def _play(tarball: Path, shared: bool, log: Path) -> tuple[float, int, str]:
+def image_play(args: dict, log: Path) -> tuple[float, int, str]:
+    """bench/image.yml (the image role alone) on the simulated nodes with `args` (the shared directory added):
+    (wall seconds, bytes the nodes received meanwhile, the play's output), its output kept in log. A failed play
+    raises. bench_registry.py times its two paths with it too."""
     import simcluster
 
     nodes = simcluster.NODES
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
                PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
-    args = {"rollout8_image": IMAGE, "rollout8_image_tarball": str(tarball), "rollout8_image_load_throttle": 1,
-            "rollout8_bench_shared_dir": simcluster.SHARED_DIR, "rollout8_image_via_shared_dir": shared}
+    args = {"rollout8_bench_shared_dir": simcluster.SHARED_DIR, **args}
     before = _received(nodes)
     start = time.monotonic()
     proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(simcluster.INVENTORY),
@@ -87,12 +89,22 @@ def _play(tarball: Path, shared: bool, log: Path) -> tuple[float, int, str]:
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"bench/image.yml failed (rc {proc.returncode}); log in {log}")
+    return seconds, received, proc.stdout
+
+
+def _play(tarball: Path, shared: bool, log: Path) -> tuple[float, int, str]:
+    import simcluster
+
+    nodes = simcluster.NODES
+    seconds, received, output = image_play({"rollout8_image": IMAGE, "rollout8_image_tarball": str(tarball),
+                                            "rollout8_image_load_throttle": 1,
+                                            "rollout8_image_via_shared_dir": shared}, log)
     ids = {n: subprocess.run(["docker", "exec", n, "docker", "image", "inspect", "-f", "{{.Id}}", IMAGE],
                              capture_output=True, text=True, check=True).stdout.strip() for n in nodes}
     if len(set(ids.values())) != 1:
         raise RuntimeError(f"the nodes hold different images: {ids}")
     print(f"bench_image: {log.stem}: {seconds:.1f} s, {received / 1e9:.2f} GB received by the nodes", flush=True)
-    return seconds, received, proc.stdout
+    return seconds, received, output
 
 
 def _empty_daemons() -> None:

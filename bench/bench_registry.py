@@ -20,7 +20,6 @@ without the images.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -63,22 +62,10 @@ def _ids(nodes, image: str) -> dict[str, str]:
 
 def _play(args: dict, log: Path, expect_id: str) -> tuple[float, int]:
     import simcluster
-    from bench_image import _received
+    from bench_image import image_play
 
     nodes = simcluster.NODES
-    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
-               PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
-    args = {"rollout8_bench_shared_dir": simcluster.SHARED_DIR, "rollout8_image_load_throttle": 0, **args}
-    before = _received(nodes)
-    start = time.monotonic()
-    proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(simcluster.INVENTORY),
-                           str(REPO / "bench" / "image.yml"), "-e", json.dumps(args)],
-                          cwd=REPO / "ansible", env=env, capture_output=True, text=True, timeout=3600)
-    seconds = time.monotonic() - start
-    received = _received(nodes) - before
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench/image.yml failed (rc {proc.returncode}); log in {log}")
+    seconds, received, _ = image_play({"rollout8_image_load_throttle": 0, **args}, log)
     ids = _ids(nodes, args["rollout8_image"])
     if set(ids.values()) != {expect_id}:
         raise RuntimeError(f"the nodes hold {ids}, expected {expect_id} everywhere; log in {log}")
