@@ -111,12 +111,17 @@ def node_image_id(name: str, ref: str) -> str:
               capture=True).stdout.strip()
 
 
+def node_tags(name: str) -> list[str]:
+    """Every repository:tag the node's daemon holds."""
+    return sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
+              capture=True).stdout.split()
+
+
 def holds_earlier(name: str, image: str) -> bool:
     """Whether the node holds an earlier version of image (another tag of its repository, loaded or pulled): an
     update. Its daemon knows the registry's layers it pulled before (a pull sends only the others); layers it loaded
     from a tarball it does not know by their registry digest, so its first pull sends every layer again."""
-    tags = sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
-              capture=True).stdout.split()
+    tags = node_tags(name)
     return any(is_earlier(tag, image) for tag in tags)
 
 
@@ -133,8 +138,7 @@ def drop_pulled_superseded(ref: str, keep: tuple[str, ...]) -> None:
     has moved the training container to ref (an image a container still uses stays: docker refuses)."""
     image = ref.split("/", 1)[1]
     for name in NODES:
-        tags = sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
-                  capture=True).stdout.split()
+        tags = node_tags(name)
         old = [tag for tag in tags if is_earlier(tag, image) and tag not in keep]
         if old:
             sh("docker", "exec", name, "docker", "rmi", *old, check=False, capture=True)
@@ -147,8 +151,7 @@ def drop_superseded(image: str, keep_prefix: str = "") -> None:
     node's older images are its operators' to keep or remove."""
     repo = image.rsplit(":", 1)[0]
     for name in NODES:
-        tags = sh("docker", "exec", name, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}", check=False,
-                  capture=True).stdout.split()
+        tags = node_tags(name)
         old = [tag for tag in tags if tag.rsplit(":", 1)[0].endswith(repo) and not tag.endswith(image)
                and not (keep_prefix and tag.startswith(keep_prefix))]
         if old:
