@@ -1,10 +1,10 @@
 """`make demo`, `make demo-down`, `make demo` (issue 46 item 0): the demo repeats from new nodes, its run starting
 anew, instead of being refused because the shared directory still held the first run's checkpoint at its last step.
 
-The first file of the cluster tier (pytest takes files in name order), so the tests after it reuse the cluster its
-last `make demo` leaves up, as the tier reuses the demo's cluster. In CI the README's own `make demo` has just run:
-the first step here is then its warm re-run (about a minute), and the new nodes' demo carries the cost (the image
-loaded by three daemons again)."""
+Last of the cluster tier (conftest.pytest_collection_modifyitems): the tests before it reuse the cluster the
+README's `make demo` left, so the first step here is its warm re-run (about a minute), and the new nodes' demo,
+which carries the cost (the image loaded by three daemons again), does not race CI's engine venv for the disk.
+Its last `make demo` leaves the cluster up, as `make bench-ci` after the tests expects."""
 
 from __future__ import annotations
 
