@@ -71,11 +71,16 @@ CPU_UNUSED = (
     # attention) and its CPU platform sizes the KV blocks by it.
     "triton", "triton-*.dist-info",
 )
+# The offline install, as the real image's stack stage installs its lock (the same two lists, --no-deps for the
+# second), with the wheelhouse's installer (uv: 45 s byte-compiled, where pip took 200 s on 2 cores), which then
+# leaves the image.
 STACK_INSTALL = (
-    "set -e; python3 -m venv /opt/rollout8/venv; P='/opt/rollout8/venv/bin/pip -q --disable-pip-version-check'; "
-    "$P install --no-index --find-links /wheelhouse -r /wheelhouse/requirements.txt; "
-    "$P install --no-index --no-deps --find-links /wheelhouse -r /wheelhouse/requirements-nodeps.txt; "
-    "rm -rf /root/.cache/pip; cd /opt/rollout8/venv/lib/python3*/site-packages && rm -rf "
+    "set -e; python3 -m venv /opt/rollout8/venv; python3 -m venv /tmp/installer; "
+    "/tmp/installer/bin/pip -q --disable-pip-version-check install --no-index --find-links /wheelhouse/installer uv; "
+    "U='/tmp/installer/bin/uv pip install -q --offline --no-index --find-links /wheelhouse --compile-bytecode "
+    "--cache-dir /tmp/uv-cache --python /opt/rollout8/venv/bin/python'; "
+    "$U -r /wheelhouse/requirements.txt; $U --no-deps -r /wheelhouse/requirements-nodeps.txt; "
+    "rm -rf /tmp/installer /tmp/uv-cache /root/.cache; cd /opt/rollout8/venv/lib/python3*/site-packages && rm -rf "
     + " ".join(CPU_UNUSED))
 
 
