@@ -92,7 +92,7 @@ def stack_image(house: Path) -> str:
         return image
     sh("bash", "scripts/make-base-image.sh")  # cached; every caller (demo, tests, bench) gets it, whatever the order
     base = _in_builder(BASE_IMAGE)
-    print(f">> stack image {image}: offline install of the node stack from {house} ({BUILDER}, about 4 minutes)",
+    print(f">> stack image {image}: offline install of the node stack from {house} ({BUILDER}, about a minute)",
           file=sys.stderr)
     _commit(image, base, STACK_INSTALL, f"{house.resolve()}:/wheelhouse:ro", engine=BUILDER)
     _prune_elsewhere("rollout8/sim-stack")

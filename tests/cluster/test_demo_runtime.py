@@ -264,7 +264,8 @@ def test_the_stand_in_image_carries_no_cuda_library_a_cpu_never_loads(demo_job):
     # what the rollout imports in their place: vLLM's CPU attention takes IPEX's paged attention (so IPEX stays),
     # and vLLM's triton check finds none (its placeholders), as on an Ascend node
     probe = ("import sys, vllm.v1.attention.backends.cpu_attn as attn, vllm.triton_utils as t; "
-             "print(attn._use_ipex, 'intel_extension_for_pytorch' in sys.modules, t.HAS_TRITON, 'triton' in sys.modules)")
+             "print(attn._use_ipex, 'intel_extension_for_pytorch' in sys.modules, t.HAS_TRITON, "
+             "'triton' in sys.modules)")
     seen = on_node(simcluster.NODES[0], "docker", "exec", CONTAINER, "python3", "-c", probe, timeout=300)
     assert seen.stdout.split()[-4:] == ["True", "True", "False", "False"], seen.stdout + seen.stderr
 
