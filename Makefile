@@ -64,8 +64,11 @@ test: sysdeps venv ## run the whole test suite on this machine (CPU; starts Dock
 
 # ---------------------------------------------------------------- simulated cluster (virtual/)
 .PHONY: demo
-demo: sysdeps venv ## the simulated 3-node cluster (virtual/) trains in training containers: ansible/train.yml, verl GRPO with int8 rollouts, verdict per rank
-	$(PY) virtual/simcluster.py demo $(DEMO_ARGS)
+# The base images (debootstrap, Debian's mirror) and the wheelhouse (3.4 GB from PyPI) come beside the venv on a fresh
+# machine (sim_images.py needs only the standard library); the demo then finds them, or waits for them (locks).
+demo: sysdeps ## the simulated 3-node cluster (virtual/) trains in training containers: ansible/train.yml, verl GRPO with int8 rollouts, verdict per rank
+	@mkdir -p .cache; $(PYTHON) virtual/sim_images.py prefetch > .cache/prefetch.log 2>&1 & \
+	  $(MAKE) --no-print-directory venv && $(PY) virtual/simcluster.py demo $(DEMO_ARGS)
 
 .PHONY: demo-compare
 demo-compare: sysdeps venv ## the demo's int8 run and its bf16 twin on the simulated cluster, then one `rollout8 report`

@@ -21,7 +21,11 @@ lock_pin() { sed -n "s/^ *$1: *\"\\([^\"]*\\)\".*/\\1/p" versions.lock.yaml; }
 mkdir -p "$OUT"
 # one build at a time: the demo builds the training image and brings the nodes up side by side, and both ask for the
 # wheelhouse; two runs at once removed the bundle directory under each other ("cannot remove ... bundle")
-if [ "${1:-}" != "--key" ]; then exec 9>"$OUT/.lock"; flock -w 3600 9; fi
+if [ "${1:-}" != "--key" ]; then
+  exec 9>"$OUT/.lock"
+  flock -n 9 || { echo ">> wheelhouse: waiting for the download already under way (make demo started it beside the venv;" \
+    ".cache/prefetch.log)" >&2; flock -w 3600 9; }
+fi
 req=$(mktemp); nodeps=$(mktemp)
 { grep -hv '^ *#' "$E/requirements.txt" "$E/requirements-train.txt" | sed '/^ *$/d'; echo "ray[default]==$(lock_pin ray)"; } >"$req"
 { grep -hv '^ *#' "$E/requirements-nodeps.txt" "$E/requirements-verl.txt" | sed '/^ *$/d'

@@ -21,6 +21,17 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo ">> base image $IMAGE already present"
   exit 0
 fi
+# one build of an image at a time: `make demo` starts both bases beside the venv, and the demo asks for them again
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock-$(echo "$IMAGE" | tr '/:' '__')"
+if ! flock -n 9; then
+  echo ">> base image $IMAGE: waiting for the build already under way (make demo started it beside the venv; .cache/prefetch.log)"
+  flock -w 3600 9
+fi
+if docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  echo ">> base image $IMAGE ready"
+  exit 0
+fi
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 NATIVE=$(dpkg --print-architecture)
 ARCH=${ARCH:-$NATIVE}

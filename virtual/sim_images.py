@@ -35,8 +35,8 @@ def docker_ok(*args: str) -> bool:
 
 
 def wheelhouse() -> Path:
-    out = sh("bash", "scripts/build-wheelhouse.sh", check=False, capture=True)
-    sys.stderr.write(out.stderr)  # its progress, and on a failure the reason (a CalledProcessError alone hid it)
+    # its progress (a wait for a download under way included) and a failure's reason on stderr as they come
+    out = subprocess.run(["bash", "scripts/build-wheelhouse.sh"], cwd=REPO, text=True, stdout=subprocess.PIPE)
     if out.returncode != 0:
         raise SystemExit(f"scripts/build-wheelhouse.sh failed (exit {out.returncode}): its output is above; "
                          "run it alone to retry")
@@ -181,6 +181,21 @@ def old_base_image(arch: str) -> str:
         **os.environ, "IMAGE": image, "SUITE": OLD_BASE_SUITE, "PACKAGES": OLD_BASE_PACKAGES, "ARCH": arch})
     _prune_superseded(image)
     return image
+
+
+def start_bases() -> dict[str, subprocess.Popen]:
+    """Both base images' builds side by side (scripts/make-base-image.sh: debootstrap, the mirror and the disk; each a
+    no-op when its image exists, one build of an image at a time)."""
+    return {BASE_IMAGE: subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO),
+            OLD_BASE_IMAGE: subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO, env={
+                **os.environ, "IMAGE": OLD_BASE_IMAGE, "SUITE": OLD_BASE_SUITE, "PACKAGES": OLD_BASE_PACKAGES})}
+
+
+def wait_bases(bases: dict[str, subprocess.Popen]) -> None:
+    failed = [image for image, proc in bases.items() if proc.wait(timeout=3600) != 0]
+    if failed:
+        raise SystemExit(f"the base image {', '.join(failed)} could not be built (scripts/make-base-image.sh, output "
+                         "above)")
 
 
 def base_image_for(arch: str) -> str:
@@ -365,3 +380,18 @@ def train_tarball(image: str, directory: Path) -> Path:
     sh("make", "--no-print-directory", "image-save", f"ENGINE={BUILDER}", f"IMAGE={image}",
        f"IMAGE_TARBALL={tarball}", f"PYTHON={sys.executable}")
     return tarball
+
+
+if __name__ == "__main__":
+    # `python3 virtual/sim_images.py prefetch`: `make demo` runs it beside the venv (this module needs only the
+    # standard library): the base images (Debian's mirror) and the wheelhouse (PyPI, with this interpreter's pip, the
+    # one the venv gets) come while the venv installs, minutes of a fresh demo; the demo then finds them, or waits for
+    # them (both scripts take a lock)
+    if sys.argv[1:] != ["prefetch"]:
+        raise SystemExit("usage: python3 virtual/sim_images.py prefetch")
+    os.environ.setdefault("PY", sys.executable)
+    prefetching = start_bases()
+    try:
+        wheelhouse()
+    finally:
+        wait_bases(prefetching)

@@ -22,19 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim_images import (
-    BASE_IMAGE,
     NODE_COMMAND,
     NODE_UID,
     NODE_USER,
-    OLD_BASE_IMAGE,
-    OLD_BASE_PACKAGES,
-    OLD_BASE_SUITE,
     REPO,
     _prune_superseded,
     content_key,
     docker_ok,
     node_image,
     sh,
+    start_bases,
+    wait_bases,
     wheelhouse,
 )
 
@@ -203,20 +201,14 @@ def node_volume(name: str) -> str:
 
 
 def prerequisites() -> None:
-    """The base image (debootstrap: Debian's mirror, the disk), built while the wheelhouse downloads (PyPI): on a
-    fresh machine each took 1-2.5 minutes, one after the other (each a no-op when it exists). The node image needs
-    the base; the training image needs both."""
-    bases = {BASE_IMAGE: subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO),
-             # the old node's, side by side (debootstrap: the mirror and the disk)
-             OLD_BASE_IMAGE: subprocess.Popen(["bash", "scripts/make-base-image.sh"], cwd=REPO, env={
-                 **os.environ, "IMAGE": OLD_BASE_IMAGE, "SUITE": OLD_BASE_SUITE, "PACKAGES": OLD_BASE_PACKAGES})}
+    """The base images (debootstrap: Debian's mirror, the disk), built while the wheelhouse downloads (PyPI): on a
+    fresh machine each took 1-2.5 minutes, one after the other (each a no-op when it exists; `make demo` has started
+    them beside the venv already). The node image needs the base; the training image needs both."""
+    bases = start_bases()
     try:
         wheelhouse()
     finally:
-        failed = [image for image, proc in bases.items() if proc.wait(timeout=1800) != 0]
-        if failed:
-            raise SystemExit(f"the base image {', '.join(failed)} could not be built (scripts/make-base-image.sh, "
-                             "output above)")
+        wait_bases(bases)
 
 
 def up() -> str:
