@@ -65,10 +65,15 @@ test: sysdeps venv ## run the whole test suite on this machine (CPU; starts Dock
 # ---------------------------------------------------------------- simulated cluster (virtual/)
 .PHONY: demo
 # The base images (debootstrap, Debian's mirror) and the wheelhouse (3.4 GB from PyPI) come beside the venv on a fresh
-# machine (sim_images.py needs only the standard library); the demo then finds them, or waits for them (locks).
-demo: sysdeps ## the simulated 3-node cluster (virtual/) trains in training containers: ansible/train.yml, verl GRPO with int8 rollouts, verdict per rank
-	@mkdir -p .cache; $(PYTHON) virtual/sim_images.py prefetch > .cache/prefetch.log 2>&1 & \
-	  $(MAKE) --no-print-directory venv && $(PY) virtual/simcluster.py demo $(DEMO_ARGS)
+# machine: demo-prefetch starts them in the background (sim_images.py needs only the standard library) and returns;
+# the demo then finds them, or waits for them (both scripts take a lock). No $(MAKE) in these recipes: `make -n demo`
+# must print them, not run them.
+demo: sysdeps demo-prefetch venv ## the simulated 3-node cluster (virtual/) trains in training containers: ansible/train.yml, verl GRPO with int8 rollouts, verdict per rank
+	$(PY) virtual/simcluster.py demo $(DEMO_ARGS)
+
+.PHONY: demo-prefetch
+demo-prefetch:
+	@mkdir -p .cache; $(PYTHON) virtual/sim_images.py prefetch > .cache/prefetch.log 2>&1 &
 
 .PHONY: demo-compare
 demo-compare: sysdeps venv ## the demo's int8 run and its bf16 twin on the simulated cluster, then one `rollout8 report`

@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 # wheelhouse; two runs at once removed the bundle directory under each other ("cannot remove ... bundle")
 if [ "${1:-}" != "--key" ]; then
   exec 9>"$OUT/.lock"
-  flock -n 9 || { echo ">> wheelhouse: waiting for the download already under way (make demo started it beside the venv;" \
+  flock -n 9 || { echo ">> wheelhouse: waiting for the build already under way (make demo starts one beside the venv:" \
     ".cache/prefetch.log)" >&2; flock -w 3600 9; }
 fi
 req=$(mktemp); nodeps=$(mktemp)

@@ -25,7 +25,7 @@ fi
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock-$(echo "$IMAGE" | tr '/:' '__')"
 if ! flock -n 9; then
-  echo ">> base image $IMAGE: waiting for the build already under way (make demo started it beside the venv; .cache/prefetch.log)"
+  echo ">> base image $IMAGE: waiting for the build already under way (make demo starts one beside the venv: .cache/prefetch.log)"
   flock -w 3600 9
 fi
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then

@@ -212,3 +212,14 @@ def test_nothing_under_tests_is_reached_by_the_product():
     recipe = subprocess.run(["make", "-n", "demo", "demo-down", "bench"], cwd=REPO, capture_output=True, text=True,
                             env=dict(os.environ, MAKEFLAGS="")).stdout
     assert "virtual/" in recipe and "tests/" not in recipe, recipe
+
+
+def test_a_recipe_line_that_runs_make_runs_nothing_else():
+    """GNU make runs a recipe line naming $(MAKE) even under `make -n`, so that the sub-make can print its own: any
+    other command on that line runs for real. `make -n demo` (above) once started the whole demo that way, on the
+    shared Docker daemon, beside the cluster a rehearsal was using."""
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.startswith("\t") and "MAKE)" in line]
+    assert lines, "no recipe runs $(MAKE): the rule below is then empty, update this test"
+    mixed = [line for line in lines if any(sep in line for sep in (";", "&", "|"))]
+    assert mixed == [], mixed
