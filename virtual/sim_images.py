@@ -198,6 +198,18 @@ def wait_bases(bases: dict[str, subprocess.Popen]) -> None:
                          "above)")
 
 
+def prerequisites() -> None:
+    """The base images (debootstrap: Debian's mirror, the disk), built while the wheelhouse downloads (PyPI): on a
+    fresh machine each took 1-2.5 minutes, one after the other (each a no-op when it exists; `make demo` has started
+    them beside the venv already, `python3 virtual/sim_images.py prefetch`). The node image needs the base; the
+    training image needs both."""
+    bases = start_bases()
+    try:
+        wheelhouse()
+    finally:
+        wait_bases(bases)
+
+
 def base_image_for(arch: str) -> str:
     """BASE_IMAGE's Debian (bookworm, the script's default packages) for another architecture: arm64 for the
     arm64 stand-in stack (sim_arm64.py), under QEMU like old_base_image; its tag keyed by the script."""
@@ -384,14 +396,8 @@ def train_tarball(image: str, directory: Path) -> Path:
 
 if __name__ == "__main__":
     # `python3 virtual/sim_images.py prefetch`: `make demo` runs it beside the venv (this module needs only the
-    # standard library): the base images (Debian's mirror) and the wheelhouse (PyPI, with this interpreter's pip, the
-    # one the venv gets) come while the venv installs, minutes of a fresh demo; the demo then finds them, or waits for
-    # them (both scripts take a lock)
+    # standard library), with this interpreter's pip for the wheelhouse (the one the venv gets)
     if sys.argv[1:] != ["prefetch"]:
         raise SystemExit("usage: python3 virtual/sim_images.py prefetch")
     os.environ.setdefault("PY", sys.executable)
-    prefetching = start_bases()
-    try:
-        wheelhouse()
-    finally:
-        wait_bases(prefetching)
+    prerequisites()

@@ -30,10 +30,8 @@ from sim_images import (
     content_key,
     docker_ok,
     node_image,
+    prerequisites,
     sh,
-    start_bases,
-    wait_bases,
-    wheelhouse,
 )
 
 # Two networks per node, as an Atlas node has a management NIC and a data (RoCE) NIC: the management network holds
@@ -198,17 +196,6 @@ NODE_PRIVILEGE = ("--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--device", 
 
 def node_volume(name: str) -> str:
     return f"{name}-docker"
-
-
-def prerequisites() -> None:
-    """The base images (debootstrap: Debian's mirror, the disk), built while the wheelhouse downloads (PyPI): on a
-    fresh machine each took 1-2.5 minutes, one after the other (each a no-op when it exists; `make demo` has started
-    them beside the venv already). The node image needs the base; the training image needs both."""
-    bases = start_bases()
-    try:
-        wheelhouse()
-    finally:
-        wait_bases(bases)
 
 
 def up() -> str:
