@@ -31,7 +31,7 @@ fi
 #    two cores to itself: its jobs train three nodes at once, and a starved head misses Ray's bounded waits;
 # 2. the engine tier beside the unit and pipeline tiers, which start no container and no Ray (the engine tier's own
 #    Ray is a local one on temporary directories), its output kept in .cache/test-engine.log and printed after.
-pytest_run tests --ignore=tests/unit --ignore=tests/pipeline --durations=25; rc=$?
+pytest_run tests --ignore=tests/unit --ignore=tests/pipeline --durations=40; rc=$?
 mkdir -p .cache
 make test-engine > .cache/test-engine.log 2>&1 &
 engine=$!

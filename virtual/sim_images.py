@@ -13,6 +13,7 @@ helpers (`sh`, `docker_ok`) the other sim_* modules run commands with.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -34,7 +35,10 @@ def docker_ok(*args: str) -> bool:
     return sh("docker", *args, check=False, capture=True).returncode == 0
 
 
+@functools.lru_cache(maxsize=None)
 def wheelhouse() -> Path:
+    """The wheelhouse and the rollout8 wheel of this checkout, built once per process: a demo asks for them from
+    the image, the nodes' bring-up and the training image, and each ask rebuilt the bundle wheel."""
     # its progress (a wait for a download under way included) and a failure's reason on stderr as they come
     out = subprocess.run(["bash", "scripts/build-wheelhouse.sh"], cwd=REPO, text=True, stdout=subprocess.PIPE)
     if out.returncode != 0:
