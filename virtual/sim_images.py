@@ -35,7 +35,7 @@ def docker_ok(*args: str) -> bool:
     return sh("docker", *args, check=False, capture=True).returncode == 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def wheelhouse() -> Path:
     """The wheelhouse and the rollout8 wheel of this checkout, built once per process: a demo asks for them from
     the image, the nodes' bring-up and the training image, and each ask rebuilt the bundle wheel."""
