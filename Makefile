@@ -96,6 +96,15 @@ arm64-check: venv ## the node-side code on an emulated aarch64 node (QEMU, Debia
 arm64-image-check: venv ## the training image for linux/arm64 under QEMU: `make image PLATFORM=linux/arm64` on the arm64 stand-in stack (vLLM built with no device: no engine), image-save records arm64, `make smoke` passes in it, Ray runs an NPU-resource task on aarch64
 	ROLLOUT8_TEST_ARM64=1 $(PY) -m pytest tests/nodes/test_image_arm64.py -p no:cacheprovider -s -v $(PYTEST_ARGS)
 
+# Not in `make test` (it skips them naming this target): the end-to-end trap runs, a real job each on the simulated
+# cluster (about 15 minutes in all), whose verdict logic the unit tier holds; kept out of CI's 70-minute budget.
+.PHONY: test-traps
+test-traps: sysdeps venv ## the end-to-end traps on the simulated cluster: bf16 rollouts by a driver-only FlashRL config and by the async rollout (verify names every rank), a worker that never comes back (the keeper gives up), Ray without CANN's environment (the probe is red)
+	ROLLOUT8_TEST_TRAPS=1 $(PY) -m pytest tests/cluster/test_verl_job.py \
+	  tests/cluster/test_lifecycle.py::test_a_worker_that_never_comes_back_ends_in_a_failed_verdict_after_the_bounded_wait \
+	  tests/cluster/test_demo_runtime.py::test_without_the_entrypoint_in_front_of_docker_exec_the_probe_is_red_naming_cann \
+	  -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
+
 .PHONY: test-unit
 test-unit: venv ## fast tests only (no Docker, no cluster, no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -26,7 +26,7 @@ import pytest
 import sim_demo
 import simcluster
 import yaml
-from conftest import REPO, docker_available, one_line
+from conftest import REPO, docker_available, one_line, trap
 
 from rollout8.lock import load_lock
 from rollout8.node.probe_job import read_verdict
@@ -940,6 +940,7 @@ def test_the_npu_acceptance_tag_fails_without_an_npu_and_says_so(shared_run):
     assert owner == str(simcluster.NODE_UID)
 
 
+@trap
 def test_without_the_entrypoint_in_front_of_docker_exec_the_probe_is_red_naming_cann(shared_run):
     """The roles before the entrypoint fix: Ray restarts without CANN's environment and the probe job is red."""
     run, spec, _, work = shared_run

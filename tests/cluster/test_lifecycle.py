@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 import simcluster
 import yaml
-from conftest import Cluster, one_line
+from conftest import Cluster, one_line, trap
 
 from rollout8.results.progress import read_progress
 
@@ -353,6 +353,7 @@ def test_every_cpu_bridge_is_loaded_in_the_workers(lifecycle):
 
 
 
+@trap
 def test_a_worker_that_never_comes_back_ends_in_a_failed_verdict_after_the_bounded_wait(sim_cluster):
     """A worker's training container stopped and left down: the head's keeper waits rollout8_autoresume_wait_s for
     it, resubmits nothing, gives up naming the node, and verify ends in a failed verdict saying so."""

@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import Cluster, Run
+from conftest import Cluster, Run, trap
 
 from rollout8.node.probe_job import read_verdict
 
-pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.docker, pytest.mark.slow, trap]
 
 NODES = ("rollout8-sim-head", "rollout8-sim-w1", "rollout8-sim-w2")
 STEPS = 1
