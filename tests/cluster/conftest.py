@@ -40,6 +40,20 @@ trap = pytest.mark.skipif(os.environ.get("ROLLOUT8_TEST_TRAPS") != "1",
                                  "`make test-traps` runs it (ROLLOUT8_TEST_TRAPS=1)")
 
 
+def latest_checkpoint_mark(run_dir: Path) -> Path | None:
+    """verl's latest_checkpointed_iteration.txt of a run on the shared directory (<shared>/<run name>/<identity>/
+    checkpoints/), the newest when the run has several identities; None before its first checkpoint."""
+    marks = list(run_dir.glob("*/checkpoints/latest_checkpointed_iteration.txt"))
+    return max(marks, key=lambda p: p.stat().st_mtime) if marks else None
+
+
+def latest_checkpoint(run_dir: Path) -> int:
+    """The step that mark names; 0 before the run's first checkpoint."""
+    mark = latest_checkpoint_mark(run_dir)
+    text = mark.read_text().strip() if mark else ""
+    return int(text) if text.isdigit() else 0
+
+
 def docker_available() -> str | None:
     if shutil.which("docker") is None:
         return "no docker CLI"

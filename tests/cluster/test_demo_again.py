@@ -17,7 +17,7 @@ import subprocess
 import pytest
 import simcluster
 import yaml
-from conftest import REPO, docker_available
+from conftest import REPO, docker_available, latest_checkpoint
 
 STEPS = yaml.safe_load((REPO / "configs" / "runs" / "tiny-cpu.yaml").read_text())["verl"][
     "trainer.total_training_steps"]
@@ -38,9 +38,7 @@ def sim_containers() -> list[str]:
 
 def demo_run_at_its_last_step() -> bool:
     """The demo's run finished on the shared directory of a cluster that is up: a `make demo` ran to its end."""
-    name = simcluster.demo_runs()[0]
-    marks = list((simcluster.SHARED_HOST / name).glob("*/checkpoints/latest_checkpointed_iteration.txt"))
-    return bool(sim_containers()) and any(m.read_text().strip() == str(STEPS) for m in marks)
+    return bool(sim_containers()) and latest_checkpoint(simcluster.SHARED_HOST / simcluster.demo_runs()[0]) == STEPS
 
 
 def test_demo_then_demo_down_then_demo_trains_anew_on_new_nodes():

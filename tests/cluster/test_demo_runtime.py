@@ -26,7 +26,7 @@ import pytest
 import sim_demo
 import simcluster
 import yaml
-from conftest import REPO, docker_available, one_line, trap
+from conftest import REPO, docker_available, latest_checkpoint_mark, one_line, trap
 
 from rollout8.lock import load_lock
 from rollout8.node.probe_job import read_verdict
@@ -321,8 +321,8 @@ def test_the_training_containers_run_as_the_login_user_and_their_checkpoint_is_i
         env = on_node(node, "docker", "exec", CONTAINER, "sh", "-c", "echo $HOME $USER; id -u").stdout.split()
         assert env[2] == str(simcluster.NODE_UID) and env[1] == "rollout8" and env[0].endswith("/home"), (node, env)
     # the newest checkpoint, written by this demo's job
-    latest = max((simcluster.SHARED_HOST / "tiny-cpu").glob("*/checkpoints/latest_checkpointed_iteration.txt"),
-                 key=lambda p: p.stat().st_mtime)
+    latest = latest_checkpoint_mark(simcluster.SHARED_HOST / "tiny-cpu")
+    assert latest, f"no checkpoint under {simcluster.SHARED_HOST / 'tiny-cpu'}"
     step = latest.parent / f"global_step_{latest.read_text().strip()}"
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in [latest, step, *step.rglob("*")]}
     assert owners == {(simcluster.NODE_UID, simcluster.NODE_UID)}, (step, owners)

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 import simcluster
 import yaml
-from conftest import Cluster, one_line, trap
+from conftest import Cluster, latest_checkpoint, one_line, trap
 
 from rollout8.results.progress import read_progress
 
@@ -86,12 +86,6 @@ def lifecycle_spec(cluster: Cluster, name: str = "tiny-cpu-lifecycle") -> Path:
     path = cluster.work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
-
-
-def latest_checkpoint(root: Path) -> int:
-    marks = list(root.glob("*/checkpoints/latest_checkpointed_iteration.txt"))
-    text = marks[0].read_text().strip() if marks else ""
-    return int(text) if text.isdigit() else 0
 
 
 def progress_of(cluster: Cluster, job: str) -> dict:
